@@ -1,0 +1,7 @@
+"""``python -m devstack`` is the ``devstack`` command."""
+
+import sys
+
+from devstack.cli import main
+
+sys.exit(main())

@@ -1,0 +1,214 @@
+"""A real single-node Apache Kafka broker (KRaft, combined broker+controller) on loopback.
+
+Run from the Maven Central jars of ``pom.xml`` (profile ``broker``), configured for what the
+project needs: transactions with one replica, no topic auto-creation, ports away from a
+standard 9092 that may be running elsewhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack import jars, paths, process, tools
+from devstack.errors import DevstackError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 19092  # 9092 + 10000: never clashes with a standard broker left running
+START_TIMEOUT_S = 90.0
+_HEAP = ("-Xms256m", "-Xmx1g")  # a test broker; 2-core / 24 GiB machines run Spark beside it
+
+# One replica everywhere: transactions, consumer offsets and share groups refuse to work
+# until their internal topics can be created with the replicas the cluster actually has.
+_SINGLE_NODE = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "5",  # default 50: slow first group join, no gain here
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "5",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "auto.create.topics.enable": "false",  # producers must create topics on purpose
+    "group.initial.rebalance.delay.ms": "0",  # tests join groups often; do not wait 3 s each
+    "num.partitions": "1",
+    "log.segment.bytes": str(256 * 1024 * 1024),
+}
+
+
+@dataclass(frozen=True)
+class BrokerLayout:
+    """Files and ports of the devstack broker."""
+
+    root: Path
+    port: int
+
+    @classmethod
+    def default(cls) -> BrokerLayout:
+        """The layout under devstack's home, port from ``DEVSTACK_KAFKA_PORT`` or 19092."""
+        port = int(os.environ.get("DEVSTACK_KAFKA_PORT", DEFAULT_PORT))
+        return cls(root=paths.home() / "kafka", port=port)
+
+    @property
+    def bootstrap(self) -> str:
+        """The ``bootstrap.servers`` value of the broker."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def config(self) -> Path:
+        """The broker's ``server.properties``; its path marks the process as ours."""
+        return self.root / "server.properties"
+
+    @property
+    def data(self) -> Path:
+        """The broker's log (data) folder."""
+        return self.root / "data"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's stdout/stderr and Log4j output."""
+        return self.root / "broker.log"
+
+    @property
+    def pid_file(self) -> Path:
+        """The pid of the running broker."""
+        return self.root / "broker.pid"
+
+
+def properties(layout: BrokerLayout) -> dict[str, str]:
+    """Return the broker configuration for ``layout``."""
+    controller = layout.port + 1
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{layout.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(layout.data),
+        **_SINGLE_NODE,
+    }
+
+
+def status(layout: BrokerLayout | None = None) -> int | None:
+    """Return the pid of the running devstack broker, or None."""
+    layout = layout or BrokerLayout.default()
+    return process.running_pid(layout.pid_file, str(layout.config))
+
+
+def up(layout: BrokerLayout | None = None) -> BrokerLayout:
+    """Start the broker unless it runs already, and wait until it answers."""
+    layout = layout or BrokerLayout.default()
+    if status(layout) is not None:
+        _wait_until_answering(layout, START_TIMEOUT_S)
+        return layout
+    java = tools.java()
+    classpath = jars.broker_classpath()
+    layout.root.mkdir(parents=True, exist_ok=True)
+    _write_config(layout)
+    _format_storage(layout, java, classpath)
+    cmd = [java, *_HEAP, *_jvm_flags(layout), "-cp", classpath, "kafka.Kafka", str(layout.config)]
+    pid = process.start(cmd, layout.log_file, layout.pid_file, layout.root)
+    log.info("started Kafka broker pid=%d bootstrap=%s", pid, layout.bootstrap)
+    try:
+        _wait_until_answering(layout, START_TIMEOUT_S)
+    except DevstackError:
+        process.stop(layout.pid_file, str(layout.config))
+        raise
+    return layout
+
+
+def down(layout: BrokerLayout | None = None) -> bool:
+    """Stop the devstack broker; True if it was running. Other brokers are never touched."""
+    layout = layout or BrokerLayout.default()
+    return process.stop(layout.pid_file, str(layout.config))
+
+
+def _write_config(layout: BrokerLayout) -> None:
+    text = "".join(f"{k}={v}\n" for k, v in properties(layout).items())
+    layout.config.write_text("# written by devstack; edits are overwritten\n" + text)
+    (layout.root / "log4j2.properties").write_text(_LOG4J2.format(log=layout.root / "server.log"))
+
+
+def _format_storage(layout: BrokerLayout, java: str, classpath: str) -> None:
+    if (layout.data / "meta.properties").is_file():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cmd = [java, *_jvm_flags(layout), "-cp", classpath, "kafka.tools.StorageTool",
+           "format", "-t", cluster_id, "-c", str(layout.config)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        raise DevstackError(
+            f"Formatting Kafka storage in {layout.data} failed:\n{done.stdout}{done.stderr}"
+        )
+
+
+def _jvm_flags(layout: BrokerLayout) -> list[str]:
+    return [
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={layout.root / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={layout.root}",
+    ]
+
+
+def _wait_until_answering(layout: BrokerLayout, timeout_s: float) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": layout.bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=2)
+            _warm_up_transactions(layout)
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+            if status(layout) is None:
+                raise DevstackError(
+                    f"The Kafka broker exited during start-up. Last lines of "
+                    f"{layout.log_file}:\n{process.tail(layout.log_file)}"
+                ) from exc
+            if time.monotonic() > deadline:
+                raise DevstackError(
+                    f"The Kafka broker at {layout.bootstrap} did not answer within "
+                    f"{timeout_s:.0f}s; see {layout.log_file}"
+                ) from exc
+            time.sleep(0.5)
+
+
+def _warm_up_transactions(layout: BrokerLayout) -> None:
+    """Make the transaction coordinator load now, not in the middle of the first real run."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": layout.bootstrap,
+            "transactional.id": "devstack-warm-up",
+            "log_level": 3,  # "coordinator load in progress" retries are expected here
+        }
+    )
+    producer.init_transactions(60)
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""

@@ -1,0 +1,82 @@
+"""Start, find and stop the background Java processes devstack owns.
+
+A process is ours when its pid file exists and the running command line still holds the marker
+we started it with (the path of its config file), so a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def start(cmd: Sequence[str], log_file: Path, pid_file: Path, cwd: Path) -> int:
+    """Start ``cmd`` detached from this session, output to ``log_file``; return its pid."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as out:
+        proc = subprocess.Popen(  # noqa: S603 - the command is built by devstack itself
+            list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=cwd, start_new_session=True,  # survives the CLI; `down` stops it
+        )  # fmt: skip
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def running_pid(pid_file: Path, marker: str) -> int | None:
+    """Return the pid recorded in ``pid_file`` if that process runs and is ours, else None."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return None
+    if marker not in cmdline or _is_zombie(pid):
+        return None
+    return pid
+
+
+def stop(pid_file: Path, marker: str, grace_s: float = 30.0) -> bool:
+    """Stop our process (SIGTERM, then SIGKILL after ``grace_s``); True if one was running."""
+    pid = running_pid(pid_file, marker)
+    if pid is None:
+        pid_file.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and running_pid(pid_file, marker) is not None:
+        time.sleep(0.2)
+    if running_pid(pid_file, marker) is not None:
+        os.kill(pid, signal.SIGKILL)
+        while running_pid(pid_file, marker) is not None:
+            time.sleep(0.1)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """Return the last ``lines`` lines of a log file (empty if it does not exist)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    state = stat.rsplit(")", 1)[1].split()[0]
+    if state == "Z":
+        try:  # a child of this very process: reap it so it disappears
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        return True
+    return False

@@ -1,0 +1,1 @@
+"""producer_lib: the library flow repos import to publish change rows to Kafka."""

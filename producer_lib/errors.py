@@ -1,0 +1,58 @@
+"""Errors raised by producer_lib.
+
+One tree: every error a flow author can see derives from :class:`ProducerLibError`.
+An error keeps its context (flow, table, column, topic, ...) as attributes and builds
+its message from them, so logs say what went wrong, where, and what to do next.
+:class:`Transient` marks errors that a retry of the same call can fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProducerLibError(Exception):
+    """Base of every error raised by producer_lib.
+
+    Args:
+        message: What went wrong and, where it helps, what to do next.
+        **context: Where it went wrong (``flow=``, ``table=``, ``column=``, ``topic=``...).
+            Kept as attributes and appended to the message as ``key=value`` pairs.
+    """
+
+    def __init__(self, message: str, **context: Any) -> None:
+        self.message = message
+        self.context = {k: v for k, v in context.items() if v is not None}
+        for key, value in self.context.items():
+            setattr(self, key, value)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if not self.context:
+            return self.message
+        where = " ".join(f"{k}={v!r}" for k, v in self.context.items())
+        return f"{self.message} [{where}]"
+
+
+class Transient:
+    """Mixin: the operation may succeed if retried unchanged."""
+
+
+class SchemaError(ProducerLibError):
+    """A schema is invalid, or a value does not fit its schema."""
+
+
+class EncodeError(SchemaError):
+    """A value could not be encoded with its Avro schema (type, range, length, null)."""
+
+
+class SourceError(ProducerLibError):
+    """Reading from a source system failed, or its data breaks a declared rule."""
+
+
+class ProduceError(ProducerLibError):
+    """Producing to Kafka failed; the open transaction is aborted."""
+
+
+class ConfigError(ProducerLibError):
+    """Settings are missing or contradict each other."""

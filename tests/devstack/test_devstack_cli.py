@@ -1,0 +1,70 @@
+"""`devstack up|down|status|env` on a broker of its own (own home, own port)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from devstack import broker
+from devstack.cli import EXIT_NOT_RUNNING, main
+
+pytestmark = pytest.mark.kafka
+
+
+def _free_port_pair() -> int:
+    for port in range(29092, 29192, 2):
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port pair for a second test broker")
+
+
+@pytest.fixture
+def own_stack(tmp_path, monkeypatch):
+    """Point devstack at a private home and port; share the Maven jar cache."""
+    from devstack import paths
+
+    jars = paths.home() / "jars"
+    monkeypatch.setenv("DEVSTACK_HOME", str(tmp_path))
+    monkeypatch.setenv("DEVSTACK_KAFKA_PORT", str(_free_port_pair()))
+    (tmp_path / "jars").symlink_to(jars)
+    yield broker.BrokerLayout.default()
+    broker.down()
+
+
+def test_up_twice_status_env_down(own_stack, capsys):
+    assert main(["status"]) == EXIT_NOT_RUNNING
+
+    assert main(["up"]) == 0
+    first_pid = broker.status()
+    assert main(["up"]) == 0
+    assert broker.status() == first_pid, "a second `up` must reuse the running broker"
+    assert "already running" in capsys.readouterr().out
+
+    assert main(["status"]) == 0
+    assert main(["env"]) == 0
+    assert capsys.readouterr().out.strip().endswith(
+        f"KAFKA_BOOTSTRAP_SERVERS={own_stack.bootstrap}"
+    )
+
+    assert main(["down"]) == 0
+    assert broker.status() is None
+    assert not os.path.exists(f"/proc/{first_pid}/cmdline") or first_pid != broker.status()
+    assert main(["status"]) == EXIT_NOT_RUNNING
+    assert main(["down"]) == 0
+    assert "was not running" in capsys.readouterr().out
+
+
+def test_down_leaves_other_processes_alone(own_stack, tmp_path):
+    """A stale pid file pointing at a foreign process must not get that process killed."""
+    own_stack.root.mkdir(parents=True, exist_ok=True)
+    own_stack.pid_file.write_text(f"{os.getpid()}\n")  # this very pytest process
+
+    assert broker.down() is False
+    assert not own_stack.pid_file.exists()
