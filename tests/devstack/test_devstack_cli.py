@@ -68,3 +68,13 @@ def test_down_leaves_other_processes_alone(own_stack, tmp_path):
 
     assert broker.down() is False
     assert not own_stack.pid_file.exists()
+
+
+def test_up_refuses_a_port_taken_by_someone_else(own_stack, capsys):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", own_stack.port))
+        squatter.listen()
+        assert main(["up"]) == 1
+    err = capsys.readouterr().err
+    assert f"Port {own_stack.port}" in err and "DEVSTACK_KAFKA_PORT" in err
+    assert broker.status() is None
