@@ -1,0 +1,478 @@
+"""Value and key schemas of a table, with governance metadata as Avro schema properties.
+
+A :class:`ValueSchema` is the Avro record of a table's change rows: the payload fields in the
+order added, then the technical fields (:data:`TECHNICAL_FIELDS`). Field names are the
+original source names; the Avro schema holds ``encode_name(name)`` and, where that differs,
+the original as the field property ``sourceName``.
+
+Record-level properties of the schema JSON (all optional except ``primaryKeys``)::
+
+    doc                    table comment
+    sourceName             original table name, when the Avro name had to be encoded
+    sourceNamespace        original namespace, when it had to be encoded
+    primaryKeys            ["ORIGINAL", "NAMES"] in key order ([] = append-only table)
+    foreignKeys            [{"columns": [...], "refNamespace": ..., "refTable": ...,
+                             "refColumns": [...]}]
+    dataProductOwnerEmail  repoUrl  sourceSystemUri  ticketsUrl
+    retentionPeriod        ISO 8601 duration, e.g. "P30D"
+    deletionPolicy         free text, e.g. "delete-after-retention"
+    dataClassification     classification of the whole table
+
+Field-level: ``doc`` (column comment), ``sourceName``, ``dataClassification``. Metadata always
+names columns by their original names: that is what the lakehouse table uses, and a foreign
+key can only name another table's columns that way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+
+from producer_lib.errors import SchemaError
+from producer_lib.schema.names import decode_name, encode_name, is_valid_avro_name
+from producer_lib.schema.types import (
+    AvroField,
+    AvroMap,
+    AvroString,
+    AvroTimestampMicros,
+    AvroType,
+)
+
+TECHNICAL_FIELDS: tuple[AvroField, ...] = (
+    AvroField("__change_type", AvroString(), nullable=False),  # one RowType code
+    AvroField("__change_time", AvroTimestampMicros(), nullable=False),  # transaction time
+    AvroField("__source_system", AvroString(), nullable=False),
+    AvroField("__source_transaction", AvroString()),
+    AvroField("__source_rowid", AvroString()),
+    AvroField("__truncate", AvroMap(AvroString(), values_nullable=True)),  # TRUNCATE scope
+    AvroField("__audit", AvroMap(AvroString())),
+    AvroField("__extension", AvroMap(AvroString())),
+)
+"""Appended to every value schema, in this order."""
+
+TECHNICAL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in TECHNICAL_FIELDS)
+CLASSIFICATION = "dataClassification"
+_GOVERNANCE = (
+    "dataProductOwnerEmail", "repoUrl", "sourceSystemUri", "ticketsUrl", "retentionPeriod",
+    "deletionPolicy", CLASSIFICATION,
+)  # fmt: skip
+_RECORD_KEYS = {"type", "name", "namespace", "doc", "fields", "sourceName", "sourceNamespace"}
+_KNOWN_PROPS = _RECORD_KEYS | {"primaryKeys", "foreignKeys", *_GOVERNANCE}
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
+_ISO_DURATION = re.compile(r"P(?!$)(\d+Y)?(\d+M)?(\d+W)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+S)?)?")
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    """A foreign key: ``columns`` of this table reference ``ref_columns`` of another table."""
+
+    columns: tuple[str, ...]
+    ref_namespace: str
+    ref_table: str
+    ref_columns: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``foreignKeys`` entry of the schema JSON."""
+        return {
+            "columns": list(self.columns),
+            "refNamespace": self.ref_namespace,
+            "refTable": self.ref_table,
+            "refColumns": list(self.ref_columns),
+        }
+
+
+def _encode_namespace(namespace: str) -> str:
+    return ".".join(encode_name(part) for part in namespace.split("."))
+
+
+def _record_header(name: str, namespace: str, doc: str | None) -> dict[str, Any]:
+    header: dict[str, Any] = {"type": "record", "name": encode_name(name)}
+    header["namespace"] = _encode_namespace(namespace)
+    if doc is not None:
+        header["doc"] = doc
+    if header["name"] != name:
+        header["sourceName"] = name
+    if header["namespace"] != namespace:
+        header["sourceNamespace"] = namespace
+    return header
+
+
+class ValueSchema:
+    """The value schema of one table: payload fields, keys, comments and governance metadata.
+
+    Args:
+        name: Table name as the source spells it.
+        namespace: Namespace (schema, source system); dot-separated parts.
+        doc: Table comment.
+
+    Example:
+        >>> schema = ValueSchema("SAMPLE_PLAN", "LABWARE")
+        >>> schema.add_field("ID", AvroLong(), nullable=False)
+        >>> schema.add_primary_key("ID")
+        >>> schema.set_data_product_owner_email("owner@example.com")
+    """
+
+    def __init__(self, name: str, namespace: str, doc: str | None = None) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.doc = doc
+        _encode_namespace(namespace)  # fail early on empty parts
+        encode_name(name)
+        self._fields: dict[str, AvroField] = {}
+        self._folded: dict[str, str] = {}  # casefolded original name -> name
+        self._folded_avro: dict[str, str] = {}  # casefolded Avro name -> name
+        self._pks: list[str] = []
+        self._fks: list[ForeignKey] = []
+        self._governance: dict[str, str] = {}
+        self._classifications: dict[str, str] = {}
+        self.properties: dict[str, Any] = {}
+        """Further record-level properties, kept as they are."""
+
+    # -- fields ---------------------------------------------------------------------------
+
+    def add_field(
+        self, name: str, avro_type: AvroType, doc: str | None = None, nullable: bool = True
+    ) -> AvroField:
+        """Append a payload field.
+
+        Args:
+            name: Original column name; encoded for Avro where needed.
+            avro_type: The column's type, e.g. ``AvroDecimal(10, 2)``.
+            doc: Column comment.
+            nullable: Whether the column may be null.
+
+        Returns:
+            The added field.
+
+        Raises:
+            SchemaError: The name is empty, starts with ``__``, or clashes with another field
+                (Spark and Delta compare names case-insensitively).
+        """
+        if isinstance(avro_type, type) and issubclass(avro_type, AvroType):
+            avro_type = avro_type()  # AvroInt for AvroInt(): a common slip
+        if not isinstance(avro_type, AvroType):
+            raise SchemaError("Not an Avro type", table=self.name, column=name, type=avro_type)
+        if not name or name.startswith("__"):
+            raise SchemaError(
+                "Column names must be non-empty and not start with '__' (technical fields)",
+                table=self.name, column=name,
+            )  # fmt: skip
+        new = AvroField(name, avro_type, nullable, doc)
+        for folded, key in ((self._folded, name), (self._folded_avro, new.avro_name)):
+            if key.casefold() in folded:
+                raise SchemaError(
+                    "Duplicate column (Spark and Delta compare names case-insensitively)",
+                    table=self.name, column=name, clashes_with=folded[key.casefold()],
+                )  # fmt: skip
+        self._folded[name.casefold()] = name
+        self._folded_avro[new.avro_name.casefold()] = name
+        self._fields[name] = new
+        return new
+
+    @property
+    def fields(self) -> Mapping[str, AvroField]:
+        """Payload fields by original name, in schema order (read-only)."""
+        return MappingProxyType(self._fields)
+
+    def field(self, name: str) -> AvroField:
+        """Return the payload field ``name`` (original name).
+
+        Raises:
+            SchemaError: No such column.
+        """
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise SchemaError("No such column", table=self.name, column=name) from None
+
+    def set_column_comment(self, column: str, comment: str | None) -> None:
+        """Set (or with ``None`` clear) the comment of ``column``."""
+        old = self.field(column)
+        self._fields[column] = AvroField(old.name, old.type, old.nullable, comment, old.properties)
+
+    def set_table_comment(self, comment: str | None) -> None:
+        """Set (or with ``None`` clear) the table comment (Avro ``doc``)."""
+        self.doc = comment
+
+    # -- keys -----------------------------------------------------------------------------
+
+    @property
+    def pks(self) -> tuple[str, ...]:
+        """Primary key columns (original names) in key order; empty for append-only tables."""
+        return tuple(self._pks)
+
+    def add_primary_key(self, *columns: str) -> None:
+        """Append ``columns`` to the primary key, in order.
+
+        Raises:
+            SchemaError: A column does not exist or is already part of the key.
+        """
+        for column in columns:
+            self.field(column)
+            if column in self._pks:
+                raise SchemaError("Column is already in the primary key", table=self.name,
+                                  column=column)  # fmt: skip
+            self._pks.append(column)
+
+    def set_primary_keys(self, *columns: str) -> None:
+        """Replace the primary key by ``columns`` (none: the table is append-only)."""
+        self._pks.clear()
+        self.add_primary_key(*columns)
+
+    @property
+    def foreign_keys(self) -> tuple[ForeignKey, ...]:
+        """Foreign keys, in the order added."""
+        return tuple(self._fks)
+
+    def add_foreign_key(
+        self,
+        columns: str | Sequence[str],
+        ref_namespace: str,
+        ref_table: str,
+        ref_columns: str | Sequence[str],
+    ) -> ForeignKey:
+        """Declare that ``columns`` reference ``ref_columns`` of ``ref_namespace.ref_table``.
+
+        Raises:
+            SchemaError: A column does not exist, or the column lists differ in length.
+        """
+        cols = (columns,) if isinstance(columns, str) else tuple(columns)
+        refs = (ref_columns,) if isinstance(ref_columns, str) else tuple(ref_columns)
+        for column in cols:
+            self.field(column)
+        if not cols or len(cols) != len(refs) or not ref_table:
+            raise SchemaError("A foreign key needs as many columns as referenced columns",
+                              table=self.name, columns=cols, ref_columns=refs)  # fmt: skip
+        fk = ForeignKey(cols, ref_namespace, ref_table, refs)
+        self._fks.append(fk)
+        return fk
+
+    # -- governance -----------------------------------------------------------------------
+
+    @property
+    def governance(self) -> Mapping[str, str]:
+        """Governance properties set so far, by schema property name."""
+        return MappingProxyType(self._governance)
+
+    def set_data_product_owner_email(self, email: str) -> None:
+        """Set the e-mail address of the data product owner (``dataProductOwnerEmail``)."""
+        self._check(_EMAIL.fullmatch(email or ""), "Not an e-mail address", email=email)
+        self._governance["dataProductOwnerEmail"] = email
+
+    def set_repo_url(self, url: str) -> None:
+        """Set the URL of the flow's source repository (``repoUrl``)."""
+        self._governance["repoUrl"] = self._http_url(url)
+
+    def set_tickets_url(self, url: str) -> None:
+        """Set the URL where issues about this data are reported (``ticketsUrl``)."""
+        self._governance["ticketsUrl"] = self._http_url(url)
+
+    def set_source_system_uri(self, uri: str) -> None:
+        """Set the URI of the source system, e.g. ``jdbc:oracle:thin:@db:1521/LIMS``."""
+        self._check(_URI.fullmatch(uri or ""), "Not a URI (scheme:rest)", uri=uri)
+        self._governance["sourceSystemUri"] = uri
+
+    def set_retention_period(self, period: int | timedelta | str) -> None:
+        """Set how long data is kept: days, a whole-day timedelta, or an ISO 8601 duration."""
+        if isinstance(period, timedelta):
+            self._check(period.days > 0 and period == timedelta(days=period.days),
+                        "Retention must be a positive number of whole days", period=period)
+            period = period.days  # fmt: skip
+        if isinstance(period, int) and not isinstance(period, bool):
+            self._check(period > 0, "Retention must be positive", period=period)
+            period = f"P{period}D"
+        ok = isinstance(period, str) and _ISO_DURATION.fullmatch(period)
+        self._check(ok, "Not an ISO 8601 duration (e.g. P30D, P1Y)", period=period)
+        self._governance["retentionPeriod"] = str(period)
+
+    def set_deletion_policy(self, policy: str) -> None:
+        """Set the deletion policy, free text such as ``delete-after-retention``."""
+        self._check(isinstance(policy, str) and policy.strip(), "Empty deletion policy")
+        self._governance["deletionPolicy"] = policy
+
+    def set_data_classification(self, column: str | None, classification: str) -> None:
+        """Classify a column, or with ``column=None`` the whole table (``dataClassification``)."""
+        self._check(isinstance(classification, str) and classification.strip(),
+                    "Empty data classification", column=column)  # fmt: skip
+        if column is None:
+            self._governance[CLASSIFICATION] = classification
+        else:
+            self.field(column)
+            self._classifications[column] = classification
+
+    @property
+    def column_classifications(self) -> Mapping[str, str]:
+        """Data classifications by column (original name)."""
+        return MappingProxyType(self._classifications)
+
+    def _check(self, ok: object, message: str, **context: Any) -> None:
+        if not ok:
+            raise SchemaError(message, table=self.name, **context)
+
+    def _http_url(self, url: str) -> str:
+        parsed = urlparse(url or "")
+        ok = parsed.scheme in ("http", "https") and bool(parsed.netloc)
+        self._check(ok, "Not an http(s) URL", url=url)
+        return url
+
+    # -- Avro and Arrow -------------------------------------------------------------------
+
+    def _payload_avro(self) -> list[dict[str, Any]]:
+        result = []
+        for item in self._fields.values():
+            avro = item.to_avro()
+            if item.name in self._classifications:
+                avro[CLASSIFICATION] = self._classifications[item.name]
+            result.append(avro)
+        return result
+
+    def to_avro_json(self) -> dict[str, Any]:
+        """Return the Avro schema as a dict (payload + technical fields + properties)."""
+        schema = _record_header(self.name, self.namespace, self.doc)
+        schema["primaryKeys"] = list(self._pks)
+        if self._fks:
+            schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
+        schema.update({key: self._governance[key] for key in _GOVERNANCE
+                       if key in self._governance})  # fmt: skip
+        schema.update(self.properties)
+        schema["fields"] = self._payload_avro() + [f.to_avro() for f in TECHNICAL_FIELDS]
+        return schema
+
+    def to_json(self) -> str:
+        """Return the Avro schema as a JSON string."""
+        return json.dumps(self.to_avro_json(), ensure_ascii=False)
+
+    @property
+    def full_name(self) -> str:
+        """The Avro full name ``namespace.name`` (encoded), e.g. for registry subjects."""
+        return f"{_encode_namespace(self.namespace)}.{encode_name(self.name)}"
+
+    def get_pyarrow(self, technical: bool = True) -> pa.Schema:
+        """Return the Arrow schema: original names, payload then (optionally) technical fields."""
+        fields: Iterable[AvroField] = self._fields.values()
+        if technical:
+            fields = [*fields, *TECHNICAL_FIELDS]
+        return pa.schema([pa.field(f.name, f.type.to_pyarrow(), f.nullable) for f in fields])
+
+    @classmethod
+    def from_avro_json(cls, data: Mapping[str, Any] | str) -> ValueSchema:
+        """Rebuild a schema from :meth:`to_avro_json` / :meth:`to_json` output.
+
+        Raises:
+            SchemaError: Not a value schema (not a record, technical fields missing or
+                changed, unsupported types).
+        """
+        raw: Mapping[str, Any] = json.loads(data) if isinstance(data, str) else data
+        if raw.get("type") != "record" or not is_valid_avro_name(str(raw.get("name"))):
+            raise SchemaError("Not an Avro record schema", schema=str(raw)[:200])
+        name = raw.get("sourceName") or decode_name(raw["name"])
+        namespace = raw.get("sourceNamespace") or ".".join(
+            decode_name(part) for part in str(raw.get("namespace", "")).split(".")
+        )
+        schema = cls(name, namespace, raw.get("doc"))
+        payload = _split_technical(raw["fields"], table=name)
+        for item in payload:
+            parsed = AvroField.from_avro(item)
+            schema.add_field(parsed.name, parsed.type, parsed.doc, parsed.nullable)
+            schema._restore_field_properties(parsed)
+        schema._restore_record_properties(raw)
+        return schema
+
+    def _restore_field_properties(self, parsed: AvroField) -> None:
+        props = dict(parsed.properties)
+        if CLASSIFICATION in props:
+            self.set_data_classification(parsed.name, props.pop(CLASSIFICATION))
+        self._fields[parsed.name] = AvroField(
+            parsed.name, parsed.type, parsed.nullable, parsed.doc, props
+        )
+
+    def _restore_record_properties(self, raw: Mapping[str, Any]) -> None:
+        self.set_primary_keys(*raw.get("primaryKeys", ()))
+        for fk in raw.get("foreignKeys", ()):
+            self.add_foreign_key(fk["columns"], fk["refNamespace"], fk["refTable"],
+                                 fk["refColumns"])  # fmt: skip
+        self._governance.update({k: raw[k] for k in _GOVERNANCE if k in raw})
+        self.properties.update({k: v for k, v in raw.items() if k not in _KNOWN_PROPS})
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ValueSchema):
+            return NotImplemented
+        return self.to_avro_json() == other.to_avro_json()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"ValueSchema({self.name!r}, {self.namespace!r}, fields={list(self._fields)!r})"
+
+
+def _split_technical(fields: Sequence[Mapping[str, Any]], table: str) -> list[Mapping[str, Any]]:
+    count = len(TECHNICAL_FIELDS)
+    technical = [dict(item) for item in fields[-count:]]
+    if technical != [f.to_avro() for f in TECHNICAL_FIELDS]:
+        raise SchemaError(
+            "Not a value schema: the technical fields (__change_type ... __extension) must "
+            "end the record exactly as TECHNICAL_FIELDS defines them",
+            table=table,
+        )
+    return list(fields[:-count])
+
+
+@dataclass(frozen=True)
+class KeySchema:
+    """The Kafka key schema of a table: its primary key fields, in key order, not null.
+
+    A table without primary key is append-only; its key holds only ``__change_time``, the
+    transaction time (timestamp-micros).
+
+    Args:
+        value_schema: The table's value schema; its primary key is read once, here.
+    """
+
+    value_schema: ValueSchema
+    fields: tuple[AvroField, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        pks = [self.value_schema.field(name) for name in self.value_schema.pks]
+        key_fields = tuple(AvroField(f.name, f.type, False, f.doc) for f in pks) or (
+            AvroField("__change_time", AvroTimestampMicros(), nullable=False),
+        )
+        object.__setattr__(self, "fields", key_fields)
+
+    @property
+    def name(self) -> str:
+        """Record name: ``<table>_key``."""
+        return f"{self.value_schema.name}_key"
+
+    @property
+    def is_append_only(self) -> bool:
+        """True when the table has no primary key (key = transaction time only)."""
+        return not self.value_schema.pks
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """Key field names (original names), in key order."""
+        return tuple(f.name for f in self.fields)
+
+    def to_avro_json(self) -> dict[str, Any]:
+        """Return the key's Avro schema as a dict."""
+        schema = _record_header(self.name, self.value_schema.namespace, None)
+        schema["primaryKeys"] = list(self.value_schema.pks)
+        schema["fields"] = [f.to_avro() for f in self.fields]
+        return schema
+
+    def to_json(self) -> str:
+        """Return the key's Avro schema as a JSON string."""
+        return json.dumps(self.to_avro_json(), ensure_ascii=False)
+
+    def get_pyarrow(self) -> pa.Schema:
+        """Return the key's Arrow schema (original names, not null)."""
+        return pa.schema([pa.field(f.name, f.type.to_pyarrow(), False) for f in self.fields])
