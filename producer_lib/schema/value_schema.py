@@ -26,17 +26,19 @@ key can only name another table's columns that way.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 
 from producer_lib.errors import SchemaError
+from producer_lib.schema._governance import (
+    CLASSIFICATION,
+    GOVERNANCE_PROPERTIES,
+    GovernanceMixin,
+)
 from producer_lib.schema.names import decode_name, encode_name, is_valid_avro_name
 from producer_lib.schema.types import (
     AvroField,
@@ -59,16 +61,8 @@ TECHNICAL_FIELDS: tuple[AvroField, ...] = (
 """Appended to every value schema, in this order."""
 
 TECHNICAL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in TECHNICAL_FIELDS)
-CLASSIFICATION = "dataClassification"
-_GOVERNANCE = (
-    "dataProductOwnerEmail", "repoUrl", "sourceSystemUri", "ticketsUrl", "retentionPeriod",
-    "deletionPolicy", CLASSIFICATION,
-)  # fmt: skip
 _RECORD_KEYS = {"type", "name", "namespace", "doc", "fields", "sourceName", "sourceNamespace"}
-_KNOWN_PROPS = _RECORD_KEYS | {"primaryKeys", "foreignKeys", *_GOVERNANCE}
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
-_ISO_DURATION = re.compile(r"P(?!$)(\d+Y)?(\d+M)?(\d+W)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+S)?)?")
+_KNOWN_PROPS = _RECORD_KEYS | {"primaryKeys", "foreignKeys", *GOVERNANCE_PROPERTIES}
 
 
 @dataclass(frozen=True)
@@ -106,7 +100,7 @@ def _record_header(name: str, namespace: str, doc: str | None) -> dict[str, Any]
     return header
 
 
-class ValueSchema:
+class ValueSchema(GovernanceMixin):
     """The value schema of one table: payload fields, keys, comments and governance metadata.
 
     Args:
@@ -256,74 +250,6 @@ class ValueSchema:
         self._fks.append(fk)
         return fk
 
-    # -- governance -----------------------------------------------------------------------
-
-    @property
-    def governance(self) -> Mapping[str, str]:
-        """Governance properties set so far, by schema property name."""
-        return MappingProxyType(self._governance)
-
-    def set_data_product_owner_email(self, email: str) -> None:
-        """Set the e-mail address of the data product owner (``dataProductOwnerEmail``)."""
-        self._check(_EMAIL.fullmatch(email or ""), "Not an e-mail address", email=email)
-        self._governance["dataProductOwnerEmail"] = email
-
-    def set_repo_url(self, url: str) -> None:
-        """Set the URL of the flow's source repository (``repoUrl``)."""
-        self._governance["repoUrl"] = self._http_url(url)
-
-    def set_tickets_url(self, url: str) -> None:
-        """Set the URL where issues about this data are reported (``ticketsUrl``)."""
-        self._governance["ticketsUrl"] = self._http_url(url)
-
-    def set_source_system_uri(self, uri: str) -> None:
-        """Set the URI of the source system, e.g. ``jdbc:oracle:thin:@db:1521/LIMS``."""
-        self._check(_URI.fullmatch(uri or ""), "Not a URI (scheme:rest)", uri=uri)
-        self._governance["sourceSystemUri"] = uri
-
-    def set_retention_period(self, period: int | timedelta | str) -> None:
-        """Set how long data is kept: days, a whole-day timedelta, or an ISO 8601 duration."""
-        if isinstance(period, timedelta):
-            self._check(period.days > 0 and period == timedelta(days=period.days),
-                        "Retention must be a positive number of whole days", period=period)
-            period = period.days  # fmt: skip
-        if isinstance(period, int) and not isinstance(period, bool):
-            self._check(period > 0, "Retention must be positive", period=period)
-            period = f"P{period}D"
-        ok = isinstance(period, str) and _ISO_DURATION.fullmatch(period)
-        self._check(ok, "Not an ISO 8601 duration (e.g. P30D, P1Y)", period=period)
-        self._governance["retentionPeriod"] = str(period)
-
-    def set_deletion_policy(self, policy: str) -> None:
-        """Set the deletion policy, free text such as ``delete-after-retention``."""
-        self._check(isinstance(policy, str) and policy.strip(), "Empty deletion policy")
-        self._governance["deletionPolicy"] = policy
-
-    def set_data_classification(self, column: str | None, classification: str) -> None:
-        """Classify a column, or with ``column=None`` the whole table (``dataClassification``)."""
-        self._check(isinstance(classification, str) and classification.strip(),
-                    "Empty data classification", column=column)  # fmt: skip
-        if column is None:
-            self._governance[CLASSIFICATION] = classification
-        else:
-            self.field(column)
-            self._classifications[column] = classification
-
-    @property
-    def column_classifications(self) -> Mapping[str, str]:
-        """Data classifications by column (original name)."""
-        return MappingProxyType(self._classifications)
-
-    def _check(self, ok: object, message: str, **context: Any) -> None:
-        if not ok:
-            raise SchemaError(message, table=self.name, **context)
-
-    def _http_url(self, url: str) -> str:
-        parsed = urlparse(url or "")
-        ok = parsed.scheme in ("http", "https") and bool(parsed.netloc)
-        self._check(ok, "Not an http(s) URL", url=url)
-        return url
-
     # -- Avro and Arrow -------------------------------------------------------------------
 
     def _payload_avro(self) -> list[dict[str, Any]]:
@@ -341,7 +267,7 @@ class ValueSchema:
         schema["primaryKeys"] = list(self._pks)
         if self._fks:
             schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
-        schema.update({key: self._governance[key] for key in _GOVERNANCE
+        schema.update({key: self._governance[key] for key in GOVERNANCE_PROPERTIES
                        if key in self._governance})  # fmt: skip
         schema.update(self.properties)
         schema["fields"] = self._payload_avro() + [f.to_avro() for f in TECHNICAL_FIELDS]
@@ -400,7 +326,7 @@ class ValueSchema:
         for fk in raw.get("foreignKeys", ()):
             self.add_foreign_key(fk["columns"], fk["refNamespace"], fk["refTable"],
                                  fk["refColumns"])  # fmt: skip
-        self._governance.update({k: raw[k] for k in _GOVERNANCE if k in raw})
+        self._governance.update({k: raw[k] for k in GOVERNANCE_PROPERTIES if k in raw})
         self.properties.update({k: v for k, v in raw.items() if k not in _KNOWN_PROPS})
 
     def __eq__(self, other: object) -> bool:
