@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install jars test test-fast test-slow demo bench lint up down clean
+.PHONY: help install jars postgres test test-fast test-slow demo bench lint up down clean
 
 help:
 	@echo "make demo       run the demo pipeline end to end (sets everything up)"
@@ -29,13 +29,17 @@ $(STAMP): pyproject.toml
 jars: $(STAMP)
 	$(BIN)/devstack jars
 
-test: jars
+# The Postgres reader tests start a real PostgreSQL server; install its binaries if missing.
+postgres:
+	scripts/install-postgres.sh
+
+test: jars postgres
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: jars
+test-fast: jars postgres
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: jars
+test-slow: jars postgres
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 demo: jars

@@ -3,4 +3,4 @@
 The fixtures live in ``tests/support``; this file only wires them in.
 """
 
-pytest_plugins = ("tests.support.kafka", "tests.support.spark")
+pytest_plugins = ("tests.support.kafka", "tests.support.postgres", "tests.support.spark")

@@ -1,0 +1,56 @@
+"""Readers: load a source system into a DuckDB staging table and describe it.
+
+Quickstart::
+
+    from producer_lib.sources import DuckDBReader
+
+    async with DuckDBReader(logger) as reader:
+        await reader.load("SAMPLE_PLAN", "select * from 'plans.parquet'", "LABWARE", "LABWARE")
+        reader.table_schema.set_data_product_owner_email("owner@example.com")
+
+Every reader is a :class:`SourceAdapter`: ``load(table, sql, namespace, source_system)``
+derives the schema from the SQL projection, adds keys and comments from the data dictionary
+(best effort), stages the rows in DuckDB (DuckDB's default connection unless one is passed)
+and checks the primary key. ``PostgresReader``, ``OracleReader`` and ``RestReader`` import
+their client libraries (psycopg, oracledb, aiohttp) only when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
+from producer_lib.sources.dictionary import DataDictionary, SourceTable, apply_dictionary
+from producer_lib.sources.duckdb_reader import DuckDBReader
+
+if TYPE_CHECKING:
+    from producer_lib.sources.oracle import OracleReader
+    from producer_lib.sources.postgres import PostgresReader
+    from producer_lib.sources.rest import RestReader
+
+_LAZY = {
+    "OracleReader": "producer_lib.sources.oracle",
+    "PostgresReader": "producer_lib.sources.postgres",
+    "RestReader": "producer_lib.sources.rest",
+}
+
+__all__ = [
+    "DataDictionary",
+    "DuckDBReader",
+    "OracleReader",
+    "PostgresReader",
+    "RestReader",
+    "SourceAdapter",
+    "SourceTable",
+    "apply_dictionary",
+    "rows_to_arrow",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a reader with an optional client library on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

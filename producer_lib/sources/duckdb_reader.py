@@ -1,0 +1,123 @@
+"""DuckDBReader: load anything DuckDB can query into a staging table.
+
+Files (``read_csv``/``read_parquet``/``read_json`` or a quoted path), attached databases and
+Delta tables (``delta_scan('path')``). The SQL runs in the staging database itself. The delta
+extension loads offline from the ``duckdb-extension-delta`` package; without it,
+``delta_scan('path')`` is read with delta-rs (``deltalake``) into an Arrow dataset instead.
+
+Example::
+
+    async with DuckDBReader(logger) as reader:
+        await reader.load("ORDERS", "select * from delta_scan('/lake/sales/orders')", "SALES")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+
+import duckdb
+import pyarrow as pa
+
+from producer_lib.errors import SourceError
+from producer_lib.schema import ValueSchema
+from producer_lib.sources.adapter import SourceAdapter
+from producer_lib.sources.dictionary import DataDictionary, apply_dictionary, source_table_of
+from producer_lib.staging import describe, load_packaged_extension, quote_table, row_count
+
+_DELTA_SCAN = re.compile(r"delta_scan\s*\(\s*'((?:[^']|'')*)'\s*\)", re.IGNORECASE)
+_views = itertools.count()
+
+
+class DuckDBReader(SourceAdapter):
+    """Loads the result of any DuckDB SQL into a DuckDB table.
+
+    Args:
+        logger: Where progress goes.
+        connection: The staging database; default: DuckDB's default connection.
+        use_delta_extension: Read ``delta_scan`` with DuckDB's delta extension (from its PyPI
+            package); False, or the package missing, reads Delta tables with delta-rs.
+    """
+
+    def __init__(
+        self, logger: logging.Logger | None = None, *,
+        connection: duckdb.DuckDBPyConnection | None = None, use_delta_extension: bool = True,
+    ) -> None:  # fmt: skip
+        super().__init__(logger, connection=connection)
+        self.use_delta_extension = use_delta_extension
+        self._delta_views: list[str] = []
+
+    async def close(self) -> None:
+        """Drop the Delta views of the delta-rs fallback."""
+        for view in self._delta_views:
+            self.connection.unregister(view)
+        self._delta_views.clear()
+        await super().close()
+
+    def _prepare_sql(self, sql: str) -> str:
+        if not _DELTA_SCAN.search(sql):
+            return sql
+        if self.use_delta_extension:
+            try:
+                load_packaged_extension(self.connection, "delta")
+                return sql
+            except SourceError as exc:
+                self.logger.warning("delta extension unavailable, using delta-rs error=%s", exc)
+        return _DELTA_SCAN.sub(lambda m: self._delta_view(m.group(1).replace("''", "'")), sql)
+
+    def _delta_view(self, path: str) -> str:
+        from deltalake import DeltaTable  # only the fallback needs delta-rs
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            dataset = DeltaTable(path).to_pyarrow_dataset()
+        except (TableNotFoundError, OSError) as exc:
+            raise SourceError("Cannot read the Delta table", path=path) from exc
+        view = f"__delta_{next(_views)}"
+        self.connection.register(view, dataset)
+        self._delta_views.append(view)
+        return view
+
+    async def _describe(self, sql: str, name: str, namespace: str) -> ValueSchema:
+        return describe(self.connection, self._prepare_sql(sql), name, namespace)
+
+    async def _copy(self, duckdb_table: str, sql: str, arrow_schema: pa.Schema) -> None:
+        query = f"INSERT INTO {quote_table(duckdb_table)} SELECT * FROM ({self._prepare_sql(sql)})"
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self.connection.execute, query)
+            except duckdb.Error as exc:
+                raise SourceError(f"DuckDB load failed: {exc}", table=duckdb_table,
+                                  sql=sql) from exc  # fmt: skip
+        self._progress[duckdb_table].add(row_count(self.connection, duckdb_table))
+
+    async def _augment(self, schema: ValueSchema, sql: str) -> None:
+        source = source_table_of(sql, "duckdb")
+        if source is None or _DELTA_SCAN.search(sql):
+            return
+        apply_dictionary(schema, _duckdb_dictionary(self.connection, source.schema, source.name))
+
+
+def _duckdb_dictionary(
+    conn: duckdb.DuckDBPyConnection, schema_name: str | None, table: str
+) -> DataDictionary:
+    where = "table_name = ? AND schema_name = coalesce(?, current_schema())"
+    params = [table, schema_name]
+    pk = conn.execute(
+        f"SELECT constraint_column_names FROM duckdb_constraints() WHERE {where} "
+        "AND constraint_type = 'PRIMARY KEY'", params,
+    ).fetchone()  # fmt: skip
+    comments = conn.execute(
+        f"SELECT column_name, comment FROM duckdb_columns() WHERE {where} AND comment IS NOT NULL",
+        params,
+    ).fetchall()
+    table_comment = conn.execute(
+        f"SELECT comment FROM duckdb_tables() WHERE {where}", params
+    ).fetchone()
+    return DataDictionary(
+        primary_key=tuple(pk[0]) if pk else (),
+        column_comments=dict(comments),
+        table_comment=table_comment[0] if table_comment else None,
+    )

@@ -1,0 +1,43 @@
+"""DuckDB staging: the database readers load into and the producer reads from.
+
+Quickstart::
+
+    import duckdb
+    from producer_lib.staging import check_primary_key, create_table, describe
+
+    conn = duckdb.default_connection()          # shared by readers, flow SQL and producer
+    schema = describe(conn, "select 1::BIGINT as ID", "T", "DEMO")
+    create_table(conn, "T", schema.get_pyarrow(technical=False))
+    schema.add_primary_key("ID")
+    check_primary_key("T", schema, conn)        # SourceError on duplicate or null keys
+
+Delta tables and other extensions load offline from their PyPI packages
+(:func:`load_packaged_extension`).
+"""
+
+from producer_lib.staging.duckdb_stage import (
+    append_arrow,
+    create_table,
+    default_connection,
+    describe,
+    quote_ident,
+    quote_table,
+    row_count,
+    table_arrow_schema,
+)
+from producer_lib.staging.extensions import load_packaged_extension, packaged_extension_path
+from producer_lib.staging.pk_check import check_primary_key
+
+__all__ = [
+    "append_arrow",
+    "check_primary_key",
+    "create_table",
+    "default_connection",
+    "describe",
+    "load_packaged_extension",
+    "packaged_extension_path",
+    "quote_ident",
+    "quote_table",
+    "row_count",
+    "table_arrow_schema",
+]
