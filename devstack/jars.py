@@ -19,7 +19,8 @@ from devstack.errors import DevstackError
 
 log = logging.getLogger(__name__)
 
-PROFILES = ("broker", "spark")
+PROFILES = ("broker", "spark", "registry")
+DEFAULT_PROFILES = ("broker", "spark")  # what `devstack jars` and the tests need
 
 
 def jar_dir(profile: str) -> Path:

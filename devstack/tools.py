@@ -13,19 +13,26 @@ from devstack.errors import DevstackError
 MIN_JAVA = 17  # Kafka 4.x brokers and Spark 4.x both need Java 17+
 
 
-def java() -> str:
-    """Return the path of a ``java`` 17+ executable (``JAVA_HOME`` first, then ``PATH``)."""
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if not candidate or not Path(candidate).exists():
-        raise DevstackError(
-            "Java was not found. Install a JDK 17 or newer (Debian: apt-get install "
-            "openjdk-17-jdk-headless) or set JAVA_HOME."
-        )
-    version = _java_major(candidate)
-    if version < MIN_JAVA:
-        raise DevstackError(f"{candidate} is Java {version}; Kafka 4 and Spark 4 need Java 17+.")
-    return candidate
+def java(min_major: int = MIN_JAVA, purpose: str = "Kafka 4 and Spark 4") -> str:
+    """Return the path of a ``java`` of at least ``min_major``.
+
+    Looks at ``JAVA_HOME``, then ``PATH``, then the JDKs installed under ``/usr/lib/jvm``.
+    """
+    candidates = [str(Path(h) / "bin" / "java") for h in [os.environ.get("JAVA_HOME")] if h]
+    candidates += [found for found in [shutil.which("java")] if found]
+    candidates += sorted(str(p) for p in Path("/usr/lib/jvm").glob("*/bin/java"))
+    seen: list[str] = []
+    for candidate in dict.fromkeys(candidates):
+        if Path(candidate).exists():
+            version = _java_major(candidate)
+            if version >= min_major:
+                return candidate
+            seen.append(f"{candidate} (Java {version})")
+    raise DevstackError(
+        f"{purpose} need Java {min_major} or newer; found "
+        f"{', '.join(seen) or 'no Java at all'}. Install a JDK {min_major}+ (Debian: apt-get "
+        f"install openjdk-{min_major}-jdk-headless) or point JAVA_HOME at one."
+    )
 
 
 def maven() -> str:
@@ -40,9 +47,7 @@ def maven() -> str:
 
 
 def _java_major(java_bin: str) -> int:
-    out = subprocess.run(
-        [java_bin, "-version"], capture_output=True, text=True, check=False
-    ).stderr
+    out = subprocess.run([java_bin, "-version"], capture_output=True, text=True, check=False).stderr
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     if not match:
         raise DevstackError(f"Could not read the Java version from {java_bin}: {out.strip()!r}")

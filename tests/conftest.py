@@ -3,4 +3,9 @@
 The fixtures live in ``tests/support``; this file only wires them in.
 """
 
-pytest_plugins = ("tests.support.kafka", "tests.support.postgres", "tests.support.spark")
+pytest_plugins = (
+    "tests.support.kafka",
+    "tests.support.postgres",
+    "tests.support.registry",
+    "tests.support.spark",
+)
