@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -111,7 +110,7 @@ def up(layout: BrokerLayout | None = None) -> BrokerLayout:
     if status(layout) is not None:
         _wait_until_answering(layout, START_TIMEOUT_S)
         return layout
-    _check_ports_free(layout)
+    process.ensure_ports_free((layout.port, layout.port + 1), env_var="DEVSTACK_KAFKA_PORT")
     java = tools.java()
     classpath = jars.broker_classpath()
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -132,20 +131,6 @@ def down(layout: BrokerLayout | None = None) -> bool:
     """Stop the devstack broker; True if it was running. Other brokers are never touched."""
     layout = layout or BrokerLayout.default()
     return process.stop(layout.pid_file, str(layout.config))
-
-
-def _check_ports_free(layout: BrokerLayout) -> None:
-    for port in (layout.port, layout.port + 1):
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError as exc:
-                raise DevstackError(
-                    f"Port {port} on 127.0.0.1 is taken by another process (another broker or "
-                    f"another checkout's devstack?). Stop it, or pick free ports with "
-                    f"DEVSTACK_KAFKA_PORT=<port> (the controller uses the next one)."
-                ) from exc
 
 
 def _write_config(layout: BrokerLayout) -> None:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from devstack.errors import DevstackError
 
 
 def start(cmd: Sequence[str], log_file: Path, pid_file: Path, cwd: Path) -> int:
@@ -32,13 +35,27 @@ def running_pid(pid_file: Path, marker: str) -> int | None:
         pid = int(pid_file.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except FileNotFoundError:
-        return None
-    if marker not in cmdline or _is_zombie(pid):
+    cmdline = _cmdline(pid)
+    if cmdline is None or marker not in cmdline or _is_zombie(pid):
         return None
     return pid
+
+
+def _cmdline(pid: int, settle_s: float = 2.0) -> str | None:
+    """The command line of ``pid``; None if there is no such process.
+
+    A process reads as an empty command line while it is in ``execve``; the JDK launcher
+    re-executes itself at start-up, so an empty read is retried for ``settle_s`` seconds.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return None
+        if raw or time.monotonic() > deadline:
+            return raw.replace(b"\0", b" ").decode(errors="replace")
+        time.sleep(0.05)
 
 
 def stop(pid_file: Path, marker: str, grace_s: float = 30.0) -> bool:
@@ -57,6 +74,21 @@ def stop(pid_file: Path, marker: str, grace_s: float = 30.0) -> bool:
             time.sleep(0.1)
     pid_file.unlink(missing_ok=True)
     return True
+
+
+def ensure_ports_free(ports: Sequence[int], env_var: str) -> None:
+    """Raise DevstackError naming the first of ``ports`` on 127.0.0.1 that is taken."""
+    for port in ports:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as exc:
+                raise DevstackError(
+                    f"Port {port} on 127.0.0.1 is taken by another process (a server left "
+                    f"running, or another checkout's devstack?). Stop it, or pick free ports "
+                    f"with {env_var}=<port> (the next port is used too)."
+                ) from exc
 
 
 def tail(path: Path, lines: int = 25) -> str:

@@ -77,6 +77,8 @@ def up(layout: RegistryLayout | None = None) -> RegistryLayout:
     """Start the registry unless it runs already, and wait until its API answers."""
     layout = layout or RegistryLayout.default()
     if status(layout) is None:
+        ports = (layout.port, layout.port + 1)
+        process.ensure_ports_free(ports, env_var="DEVSTACK_REGISTRY_PORT")
         java = tools.java(MIN_JAVA, purpose="Apicurio Registry 3.x")
         _unpack(layout)
         cmd = [
