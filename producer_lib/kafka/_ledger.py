@@ -1,0 +1,104 @@
+"""What one transaction wrote: rows per table and partition, first/last offsets, failures.
+
+Rows are counted when produced. Offsets come from delivery reports of only the first and
+the last message of each partition in each batch (messages of one partition are delivered
+in order by the idempotent producer), so no Python callback runs per message. A failed
+message without a callback still fails the transaction: librdkafka puts a transactional
+producer into the abortable-error state when any message fails, and ``commit_transaction``
+then raises (``tests/producer_lib/kafka/test_kafka_producer.py`` checks this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+
+from producer_lib.errors import ProduceError
+
+__all__ = ["PartitionStats", "TransactionLedger"]
+
+
+@dataclass
+class PartitionStats:
+    """Rows and offsets of one topic partition within one transaction."""
+
+    rows: int = 0
+    min_offset: int | None = None
+    max_offset: int | None = None
+
+
+@dataclass
+class TransactionLedger:
+    """Bookkeeping of one open transaction.
+
+    Attributes:
+        transaction_time: The ``__change_time`` of every row (µs since epoch, UTC).
+        tables: Rows per ``(topic, table)``.
+        partitions: Stats per ``(topic, partition)``.
+        failures: Delivery errors seen so far, as text.
+    """
+
+    transaction_time: int
+    tables: dict[tuple[str, str], int] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    def count(self, topic: str, table: str, rows_per_partition: dict[int, int]) -> None:
+        """Count produced rows of ``table`` by partition."""
+        total = sum(rows_per_partition.values())
+        self.tables[(topic, table)] = self.tables.get((topic, table), 0) + total
+        for partition, rows in rows_per_partition.items():
+            self.partitions.setdefault((topic, partition), PartitionStats()).rows += rows
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """Delivery report of a marked message: widen its partition's offset range."""
+        if err is not None:
+            self.failures.append(f"topic={msg.topic()} partition={msg.partition()}: {err}")
+            return
+        stats = self.partitions.setdefault((msg.topic(), msg.partition()), PartitionStats())
+        offset = msg.offset()
+        if stats.min_offset is None or offset < stats.min_offset:
+            stats.min_offset = offset
+        if stats.max_offset is None or offset > stats.max_offset:
+            stats.max_offset = offset
+
+    def check(self) -> None:
+        """Raise when a message failed or a partition lacks its offsets (after a flush).
+
+        Raises:
+            ProduceError: Delivery failed; the transaction must be aborted.
+        """
+        if self.failures:
+            raise ProduceError(
+                f"{len(self.failures)} message(s) failed: {self.failures[0]}; "
+                "the transaction was aborted",
+            )
+        missing = [key for key, s in self.partitions.items() if s.rows and s.min_offset is None]
+        if missing:
+            topic, partition = missing[0]
+            raise ProduceError("no delivery report for produced rows; the transaction was "
+                               "aborted", topic=topic, partition=partition)  # fmt: skip
+
+    @property
+    def rows(self) -> int:
+        """Rows produced in this transaction."""
+        return sum(self.tables.values())
+
+    def commit_record(self, **header: Any) -> dict[str, Any]:
+        """The ``_commits`` value (``docs/WIRE.md``): ``header`` fields, then tables, partitions.
+
+        Args:
+            **header: ``commit_id``, ``producer``, ``source_system``, ``function_name``.
+        """
+        tables = [{"topic": topic, "table": table, "rows": rows}
+                  for (topic, table), rows in self.tables.items()]  # fmt: skip
+        partitions = [
+            {"topic": topic, "partition": partition, "min_offset": s.min_offset,
+             "max_offset": s.max_offset, "rows": s.rows}
+            for (topic, partition), s in sorted(self.partitions.items())
+            if s.rows
+        ]  # fmt: skip
+        return {**header, "transaction_time": self.transaction_time, "tables": tables,
+                "partitions": partitions}  # fmt: skip

@@ -1,0 +1,77 @@
+"""Create topics that do not exist yet, and read partition counts.
+
+Brokers of this platform do not auto-create topics, so the producer creates data topics and
+the system topics (``_schemas``, ``_commits``) on purpose, with their configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from producer_lib.errors import ProduceError
+
+__all__ = ["COMMITS_TOPIC", "SCHEMAS_TOPIC", "ensure_topic"]
+
+log = logging.getLogger(__name__)
+
+SCHEMAS_TOPIC = "_schemas"
+COMMITS_TOPIC = "_commits"
+
+
+def ensure_topic(
+    admin: AdminClient,
+    topic: str,
+    partitions: int,
+    *,
+    replication_factor: int = -1,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 15.0,
+) -> int:
+    """Create ``topic`` unless it exists; return its partition count.
+
+    Args:
+        admin: Admin client of the cluster.
+        topic: Topic name.
+        partitions: Partitions when created.
+        replication_factor: Replicas when created (-1: the broker default).
+        config: Topic configuration when created (e.g. ``cleanup.policy=compact``).
+        timeout_s: Bound on each admin call.
+
+    Returns:
+        The topic's partition count (existing topics keep theirs).
+
+    Raises:
+        ProduceError: The cluster cannot be reached or refuses the topic.
+    """
+    existing = _partition_count(admin, topic, timeout_s)
+    if existing is not None:
+        return existing
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                   config=dict(config or {}))  # fmt: skip
+    try:
+        admin.create_topics([new], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
+        log.info("created topic topic=%s partitions=%d", topic, partitions)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise ProduceError(f"cannot create topic: {exc.args[0]}", topic=topic) from exc
+    except Exception as exc:
+        raise ProduceError(f"cannot create topic: {exc}", topic=topic) from exc
+    return _partition_count(admin, topic, timeout_s) or partitions
+
+
+def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | None:
+    try:
+        metadata: Any = admin.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise ProduceError(
+            f"cannot read topic metadata: {exc.args[0]}; is the cluster reachable?", topic=topic
+        ) from exc
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return None
+    return len(info.partitions)
