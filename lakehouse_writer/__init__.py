@@ -2,8 +2,42 @@
 
 Quickstart::
 
+    lakehouse-writer run --lakehouse /data/lake --checkpoint /data/ckpt --once
+
+    from lakehouse_writer import LakehouseSettings, run
     from lakehouse_writer.session import build_spark_session
     spark = build_spark_session()   # local[2], Delta + Kafka + Avro jars via devstack
+    run(spark, LakehouseSettings(lakehouse_path="/data/lake", checkpoint_path="/data/ckpt"),
+        once=True)
+
+The data path: :mod:`~lakehouse_writer.read` (Kafka → decoded rows) →
+:mod:`~lakehouse_writer.apply` (row types → Delta, :func:`apply_batch`) →
+:mod:`~lakehouse_writer.tables` (create/evolve Delta tables); :mod:`~lakehouse_writer.job`
+runs the query, :mod:`~lakehouse_writer.system_tables` keeps ``_rejected`` and ``_commits``.
 """
 
-__all__: list[str] = []
+from lakehouse_writer.apply import ApplyResult, apply_batch
+from lakehouse_writer.errors import (
+    ApplyError,
+    DecodeError,
+    LakehouseWriterError,
+    SchemaEvolutionError,
+)
+from lakehouse_writer.job import BatchProcessor, run
+from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.tables import TableInfo, TableManager, TableRef
+
+__all__ = [
+    "ApplyError",
+    "ApplyResult",
+    "BatchProcessor",
+    "DecodeError",
+    "LakehouseSettings",
+    "LakehouseWriterError",
+    "SchemaEvolutionError",
+    "TableInfo",
+    "TableManager",
+    "TableRef",
+    "apply_batch",
+    "run",
+]

@@ -1,0 +1,303 @@
+"""Apply decoded change rows of one micro-batch to one Delta table.
+
+:func:`apply_batch` is a plain function: give it a DataFrame of decoded rows (payload columns
+by original name, the technical fields, ``topic``/``partition``/``offset`` and optionally the
+raw ``__raw_key``/``__raw_value`` bytes) and it applies them, idempotently per ``batch_id``:
+
+1. TRUNCATE rows (``T``) become one Delta DELETE of the rows in their scope older than them;
+   rows of the batch they cover are dropped too (see :mod:`lakehouse_writer.truncate`).
+2. BEFORE images (``B``) become deletes of the old key when their update moved the key. The
+   pair of a ``B`` is the ``U`` with the same ``__change_time`` and ``__source_rowid``, or —
+   when ``__source_rowid`` is null — the ``U`` right after it (same partition, offset + 1).
+   A ``B`` without a moved pair is ignored.
+3. One row per key survives: the latest by (``__change_time``, partition, offset).
+4. One MERGE upserts (I/U/A/R), deletes (D/X/G) and archives (P: stored payload kept,
+   ``__change_type`` = ``P``), each only over stored rows that are not newer.
+   Fast path: when an unscoped TRUNCATE left the table empty and every row is an upsert, the
+   rows are appended instead (no join).
+5. GDPR (``G``) rows: after the MERGE the table's deletion vectors are purged
+   (``REORG ... APPLY (PURGE)``) so no current data file still holds a deleted row.
+
+Tables without a key are append-only: I/U/A/R append, T truncates, the other types are
+returned as rejected rows with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lakehouse_writer import txn
+from lakehouse_writer.system_tables import rejected_rows
+from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from lakehouse_writer.tables import TableInfo
+
+log = logging.getLogger(__name__)
+
+UPSERT_TYPES = ("I", "U", "A", "R")
+DELETE_TYPES = ("D", "X", "G")
+KNOWN_TYPES = (*UPSERT_TYPES, *DELETE_TYPES, "B", "P", "T")
+ACTION = "__action"
+_ORDER = ("__change_time", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What one batch did to one table.
+
+    Attributes:
+        table: ``namespace.name``.
+        rows: Decoded rows given, per change type.
+        truncates: TRUNCATEs applied (distinct time and scope).
+        fast_path: True when the rows were appended instead of merged.
+        gdpr_purged: True when deletion vectors were purged for GDPR deletes.
+        version: The table's Delta version afterwards.
+        rejected: Rows that could not be applied (``_rejected`` layout), or None.
+    """
+
+    table: str
+    rows: dict[str, int]
+    truncates: tuple[Truncate, ...]
+    fast_path: bool
+    gdpr_purged: bool
+    version: int
+    rejected: DataFrame | None
+
+
+def apply_batch(
+    df: DataFrame, batch_id: int, table: TableInfo, instance_id: str,
+    applied_truncates: Sequence[Truncate] = (),
+) -> ApplyResult:  # fmt: skip
+    """Apply one micro-batch's decoded rows of one table; a replay of ``batch_id`` is a no-op.
+
+    Args:
+        df: Decoded rows of this table (see the module docstring for the columns).
+        batch_id: The micro-batch id (monotonic per checkpoint).
+        table: The target table, already created/evolved for these rows.
+        instance_id: The writer instance id (from the checkpoint), for Delta txnAppId.
+        applied_truncates: TRUNCATEs of earlier batches; batch rows they cover are dropped.
+    """
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    app_id = txn.app_id_for(instance_id, table.ref.qualified)
+    counts = {r[0]: r[1] for r in df.groupBy("__change_type").count().collect()}
+    truncates, bad_truncates = _split_truncates(collect_truncates(df), table)
+    if truncates:
+        version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
+        _delete_truncated(spark, table, truncates, app_id, version)
+    covering = [*truncates, *applied_truncates]
+    rows = df.filter(F.col("__change_type") != "T").filter(~truncated(covering, table.columns))
+    rejected = _unknown_type_rows(df, table, bad_truncates)
+    if table.append_only:
+        rejected = _union(rejected, _append_only(rows, table, app_id, batch_id))
+        fast = False
+    else:
+        fast = _merge_or_append(rows, table, app_id, batch_id, truncates, counts)
+    purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
+    version = _version(spark, table.path)
+    log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s version=%d",
+             table.ref.qualified, batch_id, counts, len(truncates), fast, version)  # fmt: skip
+    return ApplyResult(table.ref.qualified, counts, tuple(truncates), fast, purged, version,
+                       rejected)  # fmt: skip
+
+
+def _split_truncates(
+    truncates: list[Truncate], table: TableInfo
+) -> tuple[list[Truncate], list[Truncate]]:
+    good = [t for t in truncates if not unknown_columns(t, table.columns)]
+    return good, [t for t in truncates if unknown_columns(t, table.columns)]
+
+
+def _delete_truncated(
+    spark: SparkSession, table: TableInfo, truncates: list[Truncate], app_id: str, version: int
+) -> None:
+    from delta.tables import DeltaTable
+
+    with txn.delta_txn(spark, app_id, version):
+        DeltaTable.forPath(spark, table.path).delete(truncated(truncates, table.columns))
+
+
+def _unknown_type_rows(
+    df: DataFrame, table: TableInfo, bad_truncates: list[Truncate]
+) -> DataFrame | None:
+    from pyspark.sql import functions as F
+
+    bad = ~F.col("__change_type").isin(*KNOWN_TYPES) | F.col("__change_type").isNull()
+    error = F.concat(F.lit("unknown __change_type "), F.coalesce("__change_type", F.lit("null")))
+    for t in bad_truncates:
+        cols = ", ".join(unknown_columns(t, table.columns))
+        hit = (F.col("__change_type") == "T") & (
+            F.unix_micros("__change_time") == F.lit(t.time_us)
+        )
+        bad = bad | hit
+        error = F.when(hit, F.lit(f"TRUNCATE scope names unknown columns: {cols}")).otherwise(error)
+    return rejected_rows(df.filter(bad), error, table.ref.qualified)
+
+
+def _append_only(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    appends = rows.filter(F.col("__change_type").isin(*UPSERT_TYPES))
+    _append(appends, table, app_id, batch_id)
+    refused = rows.filter(~F.col("__change_type").isin(*UPSERT_TYPES)).filter(
+        F.col("__change_type").isin(*KNOWN_TYPES)
+    )
+    message = F.concat(
+        F.lit("table has no primary key (append-only): row type "), F.col("__change_type"),
+        F.lit(" needs a key; only I/U/A/R/T apply. Add a primary key to the flow's schema."),
+    )  # fmt: skip
+    return rejected_rows(refused, message, table.ref.qualified)
+
+
+def _append(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> None:
+    (
+        conform(rows, table)
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", txn.txn_version(batch_id, txn.STEP_ROWS))
+        .save(table.path)
+    )
+
+
+def _merge_or_append(
+    rows: DataFrame,
+    table: TableInfo,
+    app_id: str,
+    batch_id: int,
+    truncates: list[Truncate],
+    counts: dict[str, int],
+) -> bool:
+    from pyspark.sql import functions as F
+
+    actions = _with_actions(rows, table, counts)
+    latest = latest_per_key(actions, table.keys)
+    only_upserts = not any(counts.get(c) for c in (*DELETE_TYPES, "B", "P"))
+    if only_upserts and any(t.unscoped for t in truncates) and _is_empty(rows, table):
+        _append(latest.filter(F.col(ACTION) == "upsert"), table, app_id, batch_id)
+        return True
+    if any(counts.get(c) for c in (*UPSERT_TYPES, *DELETE_TYPES, "B", "P")):
+        _merge(latest, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS))
+    return False
+
+
+def _with_actions(rows: DataFrame, table: TableInfo, counts: dict[str, int]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    change = F.col("__change_type")
+    action = (
+        F.when(change.isin(*UPSERT_TYPES), "upsert")
+        .when(change.isin(*DELETE_TYPES), "delete")
+        .when(change == "P", "archive")
+    )
+    acted = rows.filter(change.isin(*UPSERT_TYPES, *DELETE_TYPES, "P")).withColumn(ACTION, action)
+    if counts.get("B"):
+        acted = acted.unionByName(moved_keys(rows, table.keys).withColumn(ACTION, F.lit("delete")))
+    return acted
+
+
+def moved_keys(rows: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """BEFORE rows whose paired UPDATE has another key: their old key is to be deleted."""
+    from pyspark.sql import functions as F
+
+    b = rows.filter(F.col("__change_type") == "B").alias("b")
+    u = rows.filter(F.col("__change_type") == "U").alias("u")
+    same_rowid = F.col("b.__source_rowid") == F.col("u.__source_rowid")
+    next_offset = (
+        F.col("b.__source_rowid").isNull()
+        & (F.col("b.partition") == F.col("u.partition"))
+        & (F.col("u.offset") == F.col("b.offset") + 1)
+    )
+    paired = (F.col("b.__change_time") == F.col("u.__change_time")) & (same_rowid | next_offset)
+    same_key = [F.col(f"b.{_q(k)}").eqNullSafe(F.col(f"u.{_q(k)}")) for k in keys]
+    moved = ~_all(same_key)
+    return b.join(u, paired, "inner").filter(moved).select("b.*").dropDuplicates(
+        ["partition", "offset"]
+    )
+
+
+def latest_per_key(rows: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """One row per key: the last by (``__change_time``, partition, offset)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy(*[F.col(_q(k)) for k in keys]).orderBy(
+        *[F.col(c).desc() for c in _ORDER]
+    )
+    return rows.withColumn("__rank", F.row_number().over(window)).filter("__rank = 1").drop(
+        "__rank"
+    )
+
+
+def conform(rows: DataFrame, table: TableInfo, extra: tuple[str, ...] = ()) -> DataFrame:
+    """Select the table's columns, cast to the table's types (null for absent ones)."""
+    from pyspark.sql import functions as F
+
+    present = set(rows.columns)
+    columns = [
+        (F.col(_q(name)) if name in present else F.lit(None)).cast(dtype).alias(name)
+        for name, dtype in table.columns.items()
+    ]
+    return rows.select(*columns, *[F.col(c) for c in extra])
+
+
+def _merge(latest: DataFrame, table: TableInfo, app_id: str, version: int) -> None:
+    from delta.tables import DeltaTable
+
+    spark = latest.sparkSession
+    source = conform(latest, table, extra=(ACTION,)).alias("s")
+    on = " AND ".join(f"t.{_q(k)} <=> s.{_q(k)}" for k in table.keys)
+    newer = "s.`__change_time` >= t.`__change_time`"
+    every = {_q(c): f"s.{_q(c)}" for c in table.columns}
+    technical = {k: v for k, v in every.items() if k.startswith("`__")}
+    with txn.delta_txn(spark, app_id, version):
+        (
+            DeltaTable.forPath(spark, table.path).alias("t")
+            .merge(source, on)
+            .whenMatchedDelete(f"s.{ACTION} = 'delete' AND {newer}")
+            .whenMatchedUpdate(f"s.{ACTION} = 'archive' AND {newer}", set=technical)
+            .whenMatchedUpdate(f"s.{ACTION} = 'upsert' AND {newer}", set=every)
+            .whenNotMatchedInsert(f"s.{ACTION} IN ('upsert', 'archive')", values=every)
+            .execute()
+        )  # fmt: skip
+
+
+def _is_empty(rows: DataFrame, table: TableInfo) -> bool:
+    return bool(rows.sparkSession.read.format("delta").load(table.path).isEmpty())
+
+
+def _purge(spark: SparkSession, table: TableInfo) -> bool:
+    """Rewrite files with deletion vectors so no current file holds a GDPR-deleted row."""
+    spark.sql(f"REORG TABLE delta.{_q(table.path)} APPLY (PURGE)")
+    log.info("gdpr purge table=%s path=%s (older versions keep the rows until VACUUM)",
+             table.ref.qualified, table.path)  # fmt: skip
+    return True
+
+
+def _version(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+
+
+def _union(a: DataFrame | None, b: DataFrame | None) -> DataFrame | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a.unionByName(b)
+
+
+def _all(conditions: list[Column]) -> Column:
+    from functools import reduce
+
+    return reduce(lambda x, y: x & y, conditions)
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"

@@ -1,0 +1,49 @@
+"""Errors raised by the lakehouse writer.
+
+One tree: :class:`LakehouseWriterError` → :class:`DecodeError` (bytes that are no change row),
+:class:`ApplyError` (a row that cannot be applied to its table), :class:`SchemaEvolutionError`
+(a schema change the Delta table cannot take). An error keeps its context (``table=``,
+``topic=``, ``partition=``, ``offset=`` ...) as attributes and renders it into its message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LakehouseWriterError(Exception):
+    """Base of every error raised by the lakehouse writer.
+
+    Args:
+        message: What went wrong and, where it helps, what to do next.
+        **context: Where it went wrong; kept as attributes, appended as ``key=value``.
+    """
+
+    def __init__(self, message: str, **context: Any) -> None:
+        self.message = message
+        self.context = {k: v for k, v in context.items() if v is not None}
+        for key, value in self.context.items():
+            setattr(self, key, value)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if not self.context:
+            return self.message
+        where = " ".join(f"{k}={v!r}" for k, v in self.context.items())
+        return f"{self.message} [{where}]"
+
+
+class Transient:
+    """Mixin: the operation may succeed if retried unchanged."""
+
+
+class DecodeError(LakehouseWriterError):
+    """A message cannot be decoded: no header, unknown schema, bad Avro, not a value schema."""
+
+
+class ApplyError(LakehouseWriterError):
+    """A decoded row cannot be applied to its table (e.g. a delete on an append-only table)."""
+
+
+class SchemaEvolutionError(LakehouseWriterError):
+    """A table's new schema is incompatible with the Delta table; that table is stopped."""

@@ -1,0 +1,161 @@
+"""Kafka → decoded change rows, on the JVM.
+
+The Kafka source (read_committed, subscribePattern) gives raw ``key``/``value`` bytes. A batch
+is split by the value's header: ``0x00`` + 4-byte registry id (Confluent) or ``0xC3 0x01`` +
+8-byte fingerprint (single object). Each distinct writer schema gets one ``from_avro``
+expression (``mode=PERMISSIVE``) over the bytes after the header; the decoded fields are
+renamed to their original names. Rows without a header, with an unknown schema, or whose bytes
+do not decode become ``_rejected`` rows; the stream goes on.
+
+Keys are not decoded: every key field is also in the value, which is what the writer applies.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
+from lakehouse_writer.errors import LakehouseWriterError, SchemaEvolutionError
+from lakehouse_writer.system_tables import rejected_rows
+from lakehouse_writer.tables import TableInfo, TableManager, TableRef
+from producer_lib.errors import SchemaError
+from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+HEADER = "__header"
+_CONFLUENT_LEN, _SINGLE_OBJECT_LEN = 5, 10
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """One micro-batch, decoded.
+
+    Attributes:
+        tables: Per table: its (created/evolved) Delta table and its decoded rows.
+        rejected: ``_rejected`` rows (decode errors, schema evolution errors).
+        errors: Table-level errors of this batch, by table (``namespace.name``).
+    """
+
+    tables: dict[TableRef, tuple[TableInfo, DataFrame]] = field(default_factory=dict)
+    rejected: list[DataFrame] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def header_column() -> Column:
+    """``c:<id>`` / ``f:<16 hex>`` of the value's header; null when it has neither."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    confluent = (F.substring(value, 1, 1) == F.lit(b"\x00")) & (F.length(value) >= 5)
+    single = (F.substring(value, 1, 2) == F.lit(b"\xc3\x01")) & (F.length(value) >= 10)
+    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10)
+    fingerprint = F.lower(F.hex(F.substring(value, 3, 8)))
+    return F.when(confluent, F.concat(F.lit("c:"), schema_id)).when(
+        single, F.concat(F.lit("f:"), fingerprint)
+    )
+
+
+def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry]:
+    """Writer schemas of the given header tags; unknown tags are absent."""
+    fingerprints = {h[2:] for h in headers if h.startswith("f:")}
+    ids = {int(h[2:]) for h in headers if h.startswith("c:")}
+    found = {f"f:{fp}": e for fp, e in catalog.by_fingerprint(fingerprints).items()}
+    found.update({f"c:{i}": e for i, e in catalog.by_id(ids).items()})
+    return found
+
+
+def decode_batch(
+    df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: set[str]
+) -> DecodedBatch:
+    """Decode the data-topic rows of one batch (``df``: the Kafka source's columns).
+
+    Args:
+        df: Raw Kafka rows of data topics (system topics already split off).
+        catalog: Where writer schemas come from.
+        tables: Creates/evolves the target tables.
+        stopped: Tables stopped by an earlier schema error; their rows are rejected.
+    """
+    from pyspark.sql import functions as F
+
+    tagged = df.withColumn(HEADER, header_column())
+    headers = {r[0] for r in tagged.select(HEADER).distinct().collect() if r[0] is not None}
+    entries = resolve(headers, catalog)
+    out = DecodedBatch()
+    out.rejected.append(rejected_rows(tagged.filter(F.col(HEADER).isNull()), _NO_HEADER, None))
+    unknown = tagged.filter(F.col(HEADER).isin(*(headers - entries.keys())))
+    out.rejected.append(rejected_rows(unknown, F.concat(F.lit(_UNKNOWN), F.col(HEADER)), None))
+    for tag, entry in sorted(entries.items()):
+        _decode_one(tagged.filter(F.col(HEADER) == tag), tag, entry, tables, stopped, out)
+    return out
+
+
+_NO_HEADER = (
+    "value has neither a Confluent (0x00 + id) nor a single-object (0xC3 0x01 + fingerprint) "
+    "header (or is null); was it written by another producer?"
+)
+_UNKNOWN = "unknown writer schema (not on _schemas / the registry): "
+
+
+def _decode_one(
+    rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager, stopped: set[str],
+    out: DecodedBatch,
+) -> None:  # fmt: skip
+    try:
+        schema = ValueSchema.from_avro_json(entry.schema_json)
+    except SchemaError as exc:
+        out.rejected.append(rejected_rows(rows, f"not a value schema ({tag}): {exc}", None))
+        return
+    ref = TableRef.of(schema)
+    if ref.qualified in stopped:
+        message = f"table stopped after an earlier schema error: {out.errors.get(ref.qualified)}"
+        out.rejected.append(rejected_rows(rows, message, ref.qualified))
+        return
+    try:
+        info = tables.ensure(schema)
+    except LakehouseWriterError as exc:
+        _stop(rows, ref, exc, stopped, out)
+        return
+    decoded, failed = decode_rows(rows, tag, entry.schema_json, schema)
+    error = f"cannot decode the Avro body ({tag})"
+    out.rejected.append(rejected_rows(failed, error, ref.qualified))
+    previous = out.tables.get(ref)
+    if previous is not None:
+        decoded = previous[1].unionByName(decoded, allowMissingColumns=True)
+    out.tables[ref] = (info, decoded)
+
+
+def _stop(
+    rows: DataFrame, ref: TableRef, exc: LakehouseWriterError, stopped: set[str],
+    out: DecodedBatch,
+) -> None:  # fmt: skip
+    log.error("table stopped table=%s error=%s", ref.qualified, exc)
+    if isinstance(exc, SchemaEvolutionError):
+        stopped.add(ref.qualified)
+    out.errors[ref.qualified] = str(exc)
+    out.rejected.append(rejected_rows(rows, str(exc), ref.qualified))
+    out.tables.pop(ref, None)
+
+
+def decode_rows(
+    rows: DataFrame, tag: str, schema_json: str, schema: ValueSchema
+) -> tuple[DataFrame, DataFrame]:
+    """(decoded rows by original names, rows whose bytes did not decode)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
+    body = F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
+    parsed = rows.withColumn("__r", from_avro(body, schema_json, {"mode": "PERMISSIVE"}))
+    ok = F.col("__r").isNotNull() & F.col("__r.__change_type").isNotNull()
+    payload = [F.col(f"__r.`{f.avro_name}`").alias(f.name) for f in schema.fields.values()]
+    technical = [F.col(f"__r.`{f.name}`").alias(f.name) for f in TECHNICAL_FIELDS]
+    meta = ["topic", "partition", "offset",
+            F.col("key").alias("__raw_key"), F.col("value").alias("__raw_value")]  # fmt: skip
+    decoded = parsed.filter(ok).select(*payload, *technical, *meta)
+    return decoded, parsed.filter(~ok).drop("__r")

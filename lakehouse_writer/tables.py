@@ -1,0 +1,268 @@
+r"""Create and evolve the Delta tables change rows land in.
+
+A table lives at ``<lakehouse>/<namespace>/<name>`` (original names; ``/``, ``\\``, ``:``,
+``%`` and ``~`` are written as ``~XX`` hex so a name stays one path segment). Column mapping
+mode ``name`` lets columns keep any original name (spaces, ``/BIC/``, ``$``, umlauts).
+
+Created from the value schema on first sight with column comments, NOT NULL where the schema
+says so, Change Data Feed, type widening, deletion vectors, and the governance metadata as
+``flow.*`` table properties. Later schemas may add nullable columns and widen types (Delta type
+widening); anything else raises :class:`SchemaEvolutionError` for that table only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lakehouse_writer.errors import SchemaEvolutionError
+from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
+from producer_lib.schema.types import AvroField
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType
+
+log = logging.getLogger(__name__)
+
+_ESCAPED = "~/\\:%"
+# Fixed table features. Deletion vectors keep MERGE/DELETE cheap; a GDPR delete purges them.
+BASE_PROPERTIES: dict[str, str] = {
+    "delta.columnMapping.mode": "name",  # original column names, any character
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableTypeWidening": "true",
+    "delta.enableDeletionVectors": "true",
+}
+# Governance properties of the value schema -> Delta table property keys.
+GOVERNANCE_PROPERTIES: dict[str, str] = {
+    "dataProductOwnerEmail": "flow.owner_email",
+    "repoUrl": "flow.repo_url",
+    "sourceSystemUri": "flow.source_system_uri",
+    "ticketsUrl": "flow.tickets_url",
+    "retentionPeriod": "flow.retention_period",
+    "deletionPolicy": "flow.deletion_policy",
+    "dataClassification": "flow.data_classification",
+}
+PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
+
+
+def path_segment(name: str) -> str:
+    """Return ``name`` as one path segment: ``~XX`` hex for characters paths cannot hold."""
+    return "".join(f"~{ord(c):02X}" if c in _ESCAPED or ord(c) < 32 else c for c in name)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A lakehouse table: original namespace and name of its value schema."""
+
+    namespace: str
+    name: str
+
+    @property
+    def qualified(self) -> str:
+        """``namespace.name``, as ``_commits`` names tables."""
+        return f"{self.namespace}.{self.name}"
+
+    def path(self, lakehouse: str) -> str:
+        """The table's location below the lakehouse root."""
+        return f"{lakehouse.rstrip('/')}/{path_segment(self.namespace)}/{path_segment(self.name)}"
+
+    @classmethod
+    def of(cls, schema: ValueSchema) -> TableRef:
+        """The table a value schema's rows land in."""
+        return cls(schema.namespace, schema.name)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the apply step needs to know of a Delta table.
+
+    Attributes:
+        ref: The table.
+        path: Its location.
+        keys: Primary key columns; empty for an append-only table.
+        columns: Column name -> Spark type of the table as it now is, in table order.
+    """
+
+    ref: TableRef
+    path: str
+    keys: tuple[str, ...]
+    columns: dict[str, DataType] = field(hash=False)
+
+    @property
+    def append_only(self) -> bool:
+        """True when the table has no primary key."""
+        return not self.keys
+
+
+def schema_fields(schema: ValueSchema) -> list[AvroField]:
+    """Payload then technical fields: the table's columns."""
+    return [*schema.fields.values(), *TECHNICAL_FIELDS]
+
+
+def table_properties(schema: ValueSchema) -> dict[str, str]:
+    """Table properties of a new table: the fixed features plus governance metadata."""
+    props = dict(BASE_PROPERTIES)
+    raw = schema.to_avro_json()
+    for key, prop in GOVERNANCE_PROPERTIES.items():
+        if raw.get(key):
+            props[prop] = str(raw[key])
+    props[PRIMARY_KEYS_PROPERTY] = json.dumps(list(schema.pks))
+    if schema.foreign_keys:
+        props["flow.foreign_keys"] = json.dumps([fk.to_json() for fk in schema.foreign_keys])
+    if schema.column_classifications:
+        props["flow.column_classifications"] = json.dumps(dict(schema.column_classifications))
+    props["flow.source_namespace"] = schema.namespace
+    props["flow.source_name"] = schema.name
+    return props
+
+
+class TableManager:
+    """Creates tables on first sight and evolves them; remembers what it already checked.
+
+    Args:
+        spark: The session.
+        lakehouse: Root path of the tables.
+    """
+
+    def __init__(self, spark: SparkSession, lakehouse: str) -> None:
+        self._spark = spark
+        self._lakehouse = lakehouse
+        self._checked: dict[tuple[TableRef, str], TableInfo] = {}
+
+    def ensure(self, schema: ValueSchema) -> TableInfo:
+        """Create the table of ``schema`` or evolve it to take the schema's rows.
+
+        Raises:
+            SchemaEvolutionError: The schema changes the key or a column incompatibly.
+        """
+        ref = TableRef.of(schema)
+        cache_key = (ref, schema.to_json())
+        if cache_key not in self._checked:
+            path = ref.path(self._lakehouse)
+            if not _is_delta(self._spark, path):
+                _create(self._spark, path, schema)
+            else:
+                _evolve(self._spark, path, schema, ref)
+            self._checked[cache_key] = self._info(ref, path)
+        return self._checked[cache_key]
+
+    def _info(self, ref: TableRef, path: str) -> TableInfo:
+        from delta.tables import DeltaTable
+
+        detail = DeltaTable.forPath(self._spark, path).detail().collect()[0]
+        keys = tuple(json.loads(detail["properties"].get(PRIMARY_KEYS_PROPERTY, "[]")))
+        struct = self._spark.read.format("delta").load(path).schema
+        columns = {f.name: f.dataType for f in struct.fields}
+        return TableInfo(ref, path, keys, columns)
+
+
+def _is_delta(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def _create(spark: SparkSession, path: str, schema: ValueSchema) -> None:
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(path)
+    if schema.doc:
+        builder = builder.comment(schema.doc)
+    for item in schema_fields(schema):
+        builder = builder.addColumn(item.name, item.type.to_spark(), item.nullable,
+                                    comment=item.doc)  # fmt: skip
+    for key, value in table_properties(schema).items():
+        builder = builder.property(key, value)
+    builder.execute()
+    log.info("table created table=%s path=%s keys=%s", schema.name, path, list(schema.pks))
+
+
+def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
+    from pyspark.sql.types import _parse_datatype_string
+
+    current = spark.read.format("delta").load(path).schema
+    _check_keys(spark, path, schema, ref)
+    by_name = {f.name.casefold(): f for f in current.fields}
+    target = f"delta.`{path.replace('`', '``')}`"
+    for item in schema_fields(schema):
+        old = by_name.get(item.name.casefold())
+        new_type = _parse_datatype_string(item.type.to_spark())
+        if old is None:
+            _add_column(spark, target, item, ref)
+        else:
+            _change_column(spark, target, old.name, old.dataType, new_type, ref)
+            if not old.nullable and item.nullable:
+                spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(old.name)} DROP NOT NULL")
+                log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
+
+
+def _check_keys(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
+    from delta.tables import DeltaTable
+
+    props = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"]
+    stored = json.loads(props.get(PRIMARY_KEYS_PROPERTY, "[]"))
+    if stored != list(schema.pks):
+        raise SchemaEvolutionError(
+            "the primary key changed; a Delta table keeps its key: reload into a new table",
+            table=ref.qualified, stored_keys=stored, new_keys=list(schema.pks),
+        )  # fmt: skip
+
+
+def _add_column(spark: SparkSession, target: str, item: AvroField, ref: TableRef) -> None:
+    comment = f" COMMENT '{_sql_str(item.doc)}'" if item.doc else ""
+    spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({_q(item.name)} {item.type.to_spark()}{comment})")
+    log.info("column added table=%s column=%s type=%s", ref.qualified, item.name,
+             item.type.to_spark())  # fmt: skip
+
+
+def _change_column(
+    spark: SparkSession, target: str, name: str, old: DataType, new: DataType, ref: TableRef
+) -> None:
+    if old == new or can_widen(new, old):
+        return  # the table already holds every value of the new type
+    if not can_widen(old, new):
+        raise SchemaEvolutionError(
+            "incompatible column type change (only widening is allowed: "
+            "byte<short<int<long, float<double, larger decimals)",
+            table=ref.qualified, column=name, table_type=old.simpleString(),
+            new_type=new.simpleString(),
+        )  # fmt: skip
+    spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(name)} TYPE {new.simpleString()}")
+    log.info("column widened table=%s column=%s from=%s to=%s", ref.qualified, name,
+             old.simpleString(), new.simpleString())  # fmt: skip
+
+
+_INTEGRAL = ["tinyint", "smallint", "int", "bigint"]
+_INTEGRAL_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
+
+
+def can_widen(old: DataType, new: DataType) -> bool:
+    """True when Delta type widening turns ``old`` into ``new`` without losing values."""
+    from pyspark.sql.types import DecimalType
+
+    a, b = old.simpleString(), new.simpleString()
+    if a in _INTEGRAL and b in _INTEGRAL:
+        return _INTEGRAL.index(a) <= _INTEGRAL.index(b)
+    if (a, b) in {("float", "double"), ("date", "timestamp_ntz")}:
+        return True
+    if isinstance(new, DecimalType):
+        if isinstance(old, DecimalType):
+            return new.scale >= old.scale and (
+                new.precision - new.scale >= old.precision - old.scale
+            )
+        if a in _INTEGRAL:
+            return new.scale == 0 and new.precision >= _INTEGRAL_DIGITS[a]
+    return a == b
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_str(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")

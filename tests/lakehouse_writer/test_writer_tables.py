@@ -1,0 +1,72 @@
+"""Delta tables from value schemas: creation with metadata, evolution, incompatible changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse_writer.errors import SchemaEvolutionError
+from lakehouse_writer.tables import TableManager, TableRef, path_segment
+from producer_lib.schema import AvroInt, AvroLong, AvroNVarchar, AvroShort, ValueSchema
+
+pytestmark = pytest.mark.spark
+
+
+_INT = AvroInt()
+
+
+def _schema(amount_type=_INT, extra: bool = False) -> ValueSchema:
+    schema = ValueSchema("/BIC/AZSALES", "SAP BW", doc="sales")
+    schema.add_field("ID", AvroLong(), doc="the id", nullable=False)
+    schema.add_field("REVENUE$", amount_type, doc="revenue")
+    schema.add_field("Größe", AvroNVarchar(10))
+    if extra:
+        schema.add_field("NEW COL", AvroNVarchar(5), doc="added later")
+    schema.add_primary_key("ID")
+    schema.set_data_product_owner_email("owner@example.com")
+    schema.set_repo_url("https://git.example.com/flows")
+    return schema
+
+
+def test_path_segments_keep_names_but_not_slashes():
+    assert path_segment("/BIC/AZSALES") == "~2FBIC~2FAZSALES"
+    assert TableRef("SAP BW", "X:Y").path("/lake/") == "/lake/SAP BW/X~3AY"
+
+
+def test_table_is_created_with_original_names_comments_and_properties(spark, tmp_path):
+    info = TableManager(spark, str(tmp_path)).ensure(_schema())
+    assert info.path.endswith("/SAP BW/~2FBIC~2FAZSALES") and info.keys == ("ID",)
+    struct = spark.read.format("delta").load(info.path).schema
+    fields = {f.name: f for f in struct.fields}
+    assert list(fields)[:3] == ["ID", "REVENUE$", "Größe"]
+    assert "__change_time" in fields and "__truncate" in fields
+    assert not fields["ID"].nullable and fields["REVENUE$"].nullable
+    assert fields["ID"].metadata.get("comment") == "the id"
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]
+    props = detail["properties"]
+    assert props["flow.owner_email"] == "owner@example.com"
+    assert props["flow.repo_url"] == "https://git.example.com/flows"
+    assert props["delta.enableChangeDataFeed"] == "true"
+    assert props["delta.columnMapping.mode"] == "name"
+    assert detail["description"] == "sales"
+
+
+def test_new_columns_are_added_and_types_widened(spark, tmp_path):
+    tables = TableManager(spark, str(tmp_path))
+    tables.ensure(_schema(AvroShort()))
+    info = tables.ensure(_schema(AvroLong(), extra=True))
+    assert info.columns["NEW COL"].simpleString() == "string"
+    assert info.columns["REVENUE$"].simpleString() == "bigint"
+    narrower = tables.ensure(_schema(AvroInt(), extra=True))  # old writers keep working
+    assert narrower.columns["REVENUE$"].simpleString() == "bigint"
+
+
+def test_incompatible_change_raises_for_that_table(spark, tmp_path):
+    tables = TableManager(spark, str(tmp_path))
+    tables.ensure(_schema(AvroInt()))
+    with pytest.raises(SchemaEvolutionError, match="incompatible column type") as err:
+        tables.ensure(_schema(AvroNVarchar(10)))
+    assert err.value.table == "SAP BW./BIC/AZSALES" and err.value.column == "REVENUE$"
+    rekeyed = _schema()
+    rekeyed.set_primary_keys("ID", "Größe")
+    with pytest.raises(SchemaEvolutionError, match="primary key changed"):
+        tables.ensure(rekeyed)
