@@ -8,7 +8,8 @@ technical fields it owns.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import date, datetime, time
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
@@ -59,6 +60,43 @@ def _scope_text(value: Any) -> str | None:
     return str(value)
 
 
+# A TRUNCATE carries no payload, but Avro cannot encode null in a non-nullable field (a key
+# field among them). Such fields get a neutral value of their type; the writer never reads the
+# payload of a TRUNCATE, only `__truncate` and `__change_time`.
+_PLACEHOLDER_BY_BASE: dict[str, Any] = {
+    "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0, "string": "",
+    "bytes": b"", "array": [], "map": {},
+}  # fmt: skip
+_PLACEHOLDER_BY_LOGICAL: dict[str, Any] = {
+    "decimal": Decimal(0),
+    "date": date(1970, 1, 1),
+    "time-millis": time(0),
+    "time-micros": time(0),
+    "timestamp-millis": datetime(1970, 1, 1, tzinfo=UTC),
+    "timestamp-micros": datetime(1970, 1, 1, tzinfo=UTC),
+    "uuid": "00000000-0000-0000-0000-000000000000",
+}
+
+
+def placeholder_value(avro: Any) -> Any:
+    """A neutral value of an Avro type (its JSON form): 0, "", epoch, ..., None if nullable."""
+    if isinstance(avro, list):  # a union: nullable fields are null
+        return None if "null" in avro else placeholder_value(avro[0])
+    if isinstance(avro, str):
+        return _PLACEHOLDER_BY_BASE.get(avro)
+    if avro.get("logicalType") in _PLACEHOLDER_BY_LOGICAL:
+        return _PLACEHOLDER_BY_LOGICAL[avro["logicalType"]]
+    if avro["type"] == "record":
+        return {
+            f.get("sourceName", f["name"]): placeholder_value(f["type"]) for f in avro["fields"]
+        }
+    return (
+        placeholder_value(avro["type"])
+        if avro["type"] not in ("array", "map")
+        else (_PLACEHOLDER_BY_BASE[avro["type"]])
+    )
+
+
 def create_truncate_row(schema: ValueSchema, scope: Mapping[str, Any] | None) -> dict[str, Any]:
     """Build the value row of a TRUNCATE.
 
@@ -70,13 +108,17 @@ def create_truncate_row(schema: ValueSchema, scope: Mapping[str, Any] | None) ->
             NULL.
 
     Returns:
-        ``{column: None for every payload column, "__change_type": "T",
-        "__truncate": {column: text} or None}``.
+        ``{column: None for every nullable payload column (a neutral value such as 0, ""
+        or the epoch for non-nullable ones, key columns among them: Avro has no null there),
+        "__change_type": "T", "__truncate": {column: text} or None}``.
 
     Raises:
         SchemaError: A scope column does not exist.
     """
-    row: dict[str, Any] = dict.fromkeys(schema.fields)
+    row: dict[str, Any] = {
+        name: None if field.nullable else placeholder_value(field.type.to_avro())
+        for name, field in schema.fields.items()
+    }
     for column in scope or {}:
         schema.field(column)
     row["__change_type"] = RowType.TRUNCATE.value

@@ -354,3 +354,26 @@ def test_librdkafka_fails_commit_after_a_message_without_callback_failed(
         raw.commit_transaction(30)
     assert info.value.args[0].txn_requires_abort()
     raw.abort_transaction(30)
+
+
+def test_truncate_then_replace_of_a_keyed_table_as_in_design(kafka_bootstrap, new_topic):
+    """DESIGN's initial load: TRUNCATE on partition 0, then every row as REPLACE, one commit."""
+    from producer_lib.schema import create_key_row, create_truncate_row
+
+    topic = new_topic(partitions=2)
+    schema = _schema()
+    key_schema = KeySchema(schema)
+    with _producer(kafka_bootstrap, _con(50)) as producer:
+        target = producer.add_target(topic, "ORDERS", key_schema, schema)
+        truncate_row = create_truncate_row(schema, None)
+        producer.produce_row(target, create_key_row(truncate_row, key_schema), truncate_row,
+                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        sent = producer.produce_from_duckdb("ORDERS", target, 20, RowType.REPLACE)
+        producer.commit()
+
+    rows = [_decode(m.value(), schema.to_avro_json()) for m in consume_all(kafka_bootstrap, topic)]
+    truncates = [r for r in rows if r["__change_type"] == "T"]
+    assert sent == 50 and len(rows) == 51
+    assert len(truncates) == 1 and truncates[0]["__truncate"] is None
+    assert {r["__change_time"] for r in rows} == {truncates[0]["__change_time"]}
+    assert sorted(r["ID"] for r in rows if r["__change_type"] == "R") == list(range(50))

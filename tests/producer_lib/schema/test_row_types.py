@@ -1,11 +1,31 @@
+import io
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+import fastavro
 import pytest
 
 from producer_lib.errors import SchemaError
 from producer_lib.schema.row_types import RowType, create_key_row, create_truncate_row
-from producer_lib.schema.types import AvroDate, AvroLong, AvroString
+from producer_lib.schema.types import (
+    AvroArray,
+    AvroBoolean,
+    AvroBytes,
+    AvroDate,
+    AvroDecimal,
+    AvroDouble,
+    AvroFloat,
+    AvroInt,
+    AvroLong,
+    AvroMap,
+    AvroString,
+    AvroTimeMicros,
+    AvroTimeMillis,
+    AvroTimestamp,
+    AvroTimestampMicros,
+    AvroUUID,
+    AvroVarchar,
+)
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 
 
@@ -32,7 +52,8 @@ def test_row_type_codes(member, code):
 
 def test_whole_table_truncate_row_has_null_payload_and_no_scope():
     row = create_truncate_row(_schema(), None)
-    assert row == {"ID": None, "REGION": None, "DAY": None, "__change_type": "T",
+    # ID is not nullable: Avro has no null for it, so it carries a neutral 0
+    assert row == {"ID": 0, "REGION": None, "DAY": None, "__change_type": "T",
                    "__truncate": None}  # fmt: skip
 
 
@@ -80,7 +101,22 @@ def test_append_only_key_row_holds_the_transaction_time(row, expected):
     assert create_key_row(row, KeySchema(_schema(with_key=False))) == expected
 
 
-def test_truncate_key_row_of_a_keyed_table_has_null_key_values():
-    schema = _schema()
-    key = create_key_row(create_truncate_row(schema, None), KeySchema(schema))
-    assert key == {"ID": None}
+def test_truncate_of_a_keyed_table_encodes_for_every_non_nullable_type():
+    """The DESIGN example: a TRUNCATE row and its key must be encodable, whatever the key."""
+    schema = ValueSchema("EVERY", "TYPES")
+    types = [AvroBoolean(), AvroInt(), AvroLong(), AvroFloat(), AvroDouble(), AvroString(),
+             AvroBytes(), AvroDecimal(10, 2), AvroDate(), AvroTimeMillis(), AvroTimeMicros(),
+             AvroTimestamp(), AvroTimestampMicros(), AvroUUID(), AvroVarchar(4),
+             AvroArray(AvroInt()), AvroMap(AvroString())]  # fmt: skip
+    for i, avro_type in enumerate(types):
+        schema.add_field(f"C{i}", avro_type, nullable=False)
+    schema.set_primary_keys("C1", "C7", "C8")
+    key_schema = KeySchema(schema)
+
+    row = create_truncate_row(schema, None)
+    row.update({"__change_time": 0, "__source_system": "S"})
+    key = create_key_row(row, key_schema)
+
+    assert key == {"C1": 0, "C7": Decimal(0), "C8": date(1970, 1, 1)}
+    for avro_schema, record in ((schema.to_avro_json(), row), (key_schema.to_avro_json(), key)):
+        fastavro.schemaless_writer(io.BytesIO(), fastavro.parse_schema(avro_schema), record)
