@@ -1,1 +1,122 @@
-"""producer_lib: the library flow repos import to publish change rows to Kafka."""
+"""producer_lib: the library flow repos import to publish change rows to Kafka.
+
+Quickstart (a flow's initial load; see ``docs/DESIGN.md``)::
+
+    import duckdb
+    from producer_lib import (DuckDBReader, KafkaProducer, KafkaSettings, KeySchema, RowType,
+                              create_key_row, create_truncate_row)
+
+    async with DuckDBReader(log) as reader:
+        await reader.load("ORDERS", "select * from 'orders.parquet'", "SHOP", "SHOPDB")
+    with KafkaProducer("SHOPDB", "shop_flow", "bronze", "dev", KafkaSettings(), log) as producer:
+        key_schema = KeySchema(reader.table_schema)
+        target = producer.add_target("ORDERS", "ORDERS", key_schema, reader.table_schema)
+        truncate = create_truncate_row(reader.table_schema, None)
+        producer.produce_row(target, create_key_row(truncate, key_schema), truncate,
+                             RowType.TRUNCATE, partition=0)
+        producer.produce_from_duckdb("ORDERS", target, 40_000, RowType.REPLACE)
+        producer.commit()
+
+The data path: :mod:`~producer_lib.sources` (read) → :mod:`~producer_lib.staging` (DuckDB) →
+:mod:`~producer_lib.schema` (Avro types, schemas, encoding) → :mod:`~producer_lib.kafka`
+(producer, transactions, schema catalog).
+"""
+
+from producer_lib.errors import (
+    EncodeError,
+    ProduceError,
+    ProducerLibError,
+    SchemaError,
+    SourceError,
+)
+from producer_lib.kafka import KafkaProducer, Target
+from producer_lib.schema import (
+    AvroArray,
+    AvroBoolean,
+    AvroByte,
+    AvroBytes,
+    AvroCLOB,
+    AvroDate,
+    AvroDecimal,
+    AvroDouble,
+    AvroFloat,
+    AvroInt,
+    AvroLong,
+    AvroMap,
+    AvroNCLOB,
+    AvroNVarchar,
+    AvroRecord,
+    AvroShort,
+    AvroSTGeometry,
+    AvroSTPoint,
+    AvroString,
+    AvroTimeMicros,
+    AvroTimeMillis,
+    AvroTimestamp,
+    AvroTimestampMicros,
+    AvroURI,
+    AvroUUID,
+    AvroVarchar,
+    KeySchema,
+    RowType,
+    ValueSchema,
+    create_key_row,
+    create_truncate_row,
+)
+from producer_lib.settings import KafkaSecretSettings, KafkaSettings, SchemaRegistrySettings
+from producer_lib.sources import (
+    DuckDBReader,
+    OracleReader,
+    PostgresReader,
+    RestReader,
+    SourceAdapter,
+)
+
+__all__ = [
+    "AvroArray",
+    "AvroBoolean",
+    "AvroByte",
+    "AvroBytes",
+    "AvroCLOB",
+    "AvroDate",
+    "AvroDecimal",
+    "AvroDouble",
+    "AvroFloat",
+    "AvroInt",
+    "AvroLong",
+    "AvroMap",
+    "AvroNCLOB",
+    "AvroNVarchar",
+    "AvroRecord",
+    "AvroSTGeometry",
+    "AvroSTPoint",
+    "AvroShort",
+    "AvroString",
+    "AvroTimeMicros",
+    "AvroTimeMillis",
+    "AvroTimestamp",
+    "AvroTimestampMicros",
+    "AvroURI",
+    "AvroUUID",
+    "AvroVarchar",
+    "DuckDBReader",
+    "EncodeError",
+    "KafkaProducer",
+    "KafkaSecretSettings",
+    "KafkaSettings",
+    "KeySchema",
+    "OracleReader",
+    "PostgresReader",
+    "ProduceError",
+    "ProducerLibError",
+    "RestReader",
+    "RowType",
+    "SchemaError",
+    "SchemaRegistrySettings",
+    "SourceAdapter",
+    "SourceError",
+    "Target",
+    "ValueSchema",
+    "create_key_row",
+    "create_truncate_row",
+]
