@@ -8,33 +8,24 @@ One tree: :class:`LakehouseWriterError` → :class:`DecodeError` (bytes that are
 
 from __future__ import annotations
 
-from typing import Any
+from producer_lib.errors import ContextError, Transient
+
+__all__ = [
+    "ApplyError",
+    "DecodeError",
+    "LakehouseWriterError",
+    "SchemaEvolutionError",
+    "Transient",
+]
 
 
-class LakehouseWriterError(Exception):
+class LakehouseWriterError(ContextError):
     """Base of every error raised by the lakehouse writer.
 
     Args:
         message: What went wrong and, where it helps, what to do next.
         **context: Where it went wrong; kept as attributes, appended as ``key=value``.
     """
-
-    def __init__(self, message: str, **context: Any) -> None:
-        self.message = message
-        self.context = {k: v for k, v in context.items() if v is not None}
-        for key, value in self.context.items():
-            setattr(self, key, value)
-        super().__init__(self._render())
-
-    def _render(self) -> str:
-        if not self.context:
-            return self.message
-        where = " ".join(f"{k}={v!r}" for k, v in self.context.items())
-        return f"{self.message} [{where}]"
-
-
-class Transient:
-    """Mixin: the operation may succeed if retried unchanged."""
 
 
 class DecodeError(LakehouseWriterError):

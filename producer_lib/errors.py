@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 
-class ProducerLibError(Exception):
-    """Base of every error raised by producer_lib.
+class ContextError(Exception):
+    """An error that carries where it happened and renders it into its message.
+
+    The common base of producer_lib's and lakehouse_writer's error trees.
 
     Args:
         message: What went wrong and, where it helps, what to do next.
@@ -32,6 +34,10 @@ class ProducerLibError(Exception):
             return self.message
         where = " ".join(f"{k}={v!r}" for k, v in self.context.items())
         return f"{self.message} [{where}]"
+
+
+class ProducerLibError(ContextError):
+    """Base of every error raised by producer_lib."""
 
 
 class Transient:
