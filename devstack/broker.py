@@ -142,7 +142,7 @@ def _write_config(layout: BrokerLayout) -> None:
 def _format_storage(layout: BrokerLayout, java: str, classpath: str) -> None:
     if (layout.data / "meta.properties").is_file():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = _cluster_id()
     cmd = [java, *_jvm_flags(layout), "-cp", classpath, "kafka.tools.StorageTool",
            "format", "-t", cluster_id, "-c", str(layout.config)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
@@ -150,6 +150,17 @@ def _format_storage(layout: BrokerLayout, java: str, classpath: str) -> None:
         raise DevstackError(
             f"Formatting Kafka storage in {layout.data} failed:\n{done.stdout}{done.stderr}"
         )
+
+
+def _cluster_id() -> str:
+    """A random Kafka cluster id (URL-safe base64 of a UUID), as Kafka's ``Uuid`` makes them.
+
+    Like Kafka, never one that starts with ``-``: the storage tool would read it as an option.
+    """
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not candidate.startswith("-"):
+            return candidate
 
 
 def _jvm_flags(layout: BrokerLayout) -> list[str]:

@@ -78,3 +78,11 @@ def test_up_refuses_a_port_taken_by_someone_else(own_stack, capsys):
     err = capsys.readouterr().err
     assert f"Port {own_stack.port}" in err and "DEVSTACK_KAFKA_PORT" in err
     assert broker.status() is None
+
+
+def test_cluster_ids_never_look_like_options():
+    """1 in 64 random ids used to start with '-' and broke `kafka-storage format -t <id>`."""
+    ids = {broker._cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)
