@@ -11,7 +11,6 @@ import base64
 import logging
 import os
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,24 +175,15 @@ def _wait_until_answering(layout: BrokerLayout, timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": layout.bootstrap, "log_level": 0})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            admin.list_topics(timeout=2)
-            _warm_up_transactions(layout)
-            return
-        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
-            if status(layout) is None:
-                raise DevstackError(
-                    f"The Kafka broker exited during start-up. Last lines of "
-                    f"{layout.log_file}:\n{process.tail(layout.log_file)}"
-                ) from exc
-            if time.monotonic() > deadline:
-                raise DevstackError(
-                    f"The Kafka broker at {layout.bootstrap} did not answer within "
-                    f"{timeout_s:.0f}s; see {layout.log_file}"
-                ) from exc
-            time.sleep(0.5)
+
+    def probe() -> None:
+        admin.list_topics(timeout=2)
+        _warm_up_transactions(layout)
+
+    process.wait_until_ready(
+        probe, lambda: status(layout) is not None,
+        f"The Kafka broker at {layout.bootstrap}", layout.log_file, timeout_s,
+    )  # fmt: skip
 
 
 def _warm_up_transactions(layout: BrokerLayout) -> None:

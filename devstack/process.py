@@ -11,7 +11,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from devstack.errors import DevstackError
@@ -89,6 +89,42 @@ def ensure_ports_free(ports: Sequence[int], env_var: str) -> None:
                     f"running, or another checkout's devstack?). Stop it, or pick free ports "
                     f"with {env_var}=<port> (the next port is used too)."
                 ) from exc
+
+
+def wait_until_ready(
+    probe: Callable[[], object],
+    alive: Callable[[], bool],
+    what: str,
+    log_file: Path,
+    timeout_s: float,
+) -> None:
+    """Call ``probe`` until it returns without raising; fail fast if the process dies.
+
+    Args:
+        probe: Raises while the server is not ready (any exception means "not yet").
+        alive: Whether the server process still runs.
+        what: The server and where it listens, for messages ("The Kafka broker at ...").
+        log_file: Shown (its tail) when the process died during start-up.
+        timeout_s: How long to wait at most.
+
+    Raises:
+        DevstackError: The process exited, or did not answer within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            probe()
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+            if not alive():
+                raise DevstackError(
+                    f"{what} exited during start-up. Last lines of {log_file}:\n{tail(log_file)}"
+                ) from exc
+            if time.monotonic() > deadline:
+                raise DevstackError(
+                    f"{what} did not answer within {timeout_s:.0f}s; see {log_file}"
+                ) from exc
+        time.sleep(0.5)
 
 
 def tail(path: Path, lines: int = 25) -> str:

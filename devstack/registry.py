@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import tarfile
-import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,21 +116,11 @@ def _unpack(layout: RegistryLayout) -> None:
 
 
 def _wait_until_answering(layout: RegistryLayout) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"{layout.url}/subjects", timeout=3) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, OSError) as exc:
-            if status(layout) is None:
-                raise DevstackError(
-                    f"The schema registry exited during start-up. Last lines of "
-                    f"{layout.log_file}:\n{process.tail(layout.log_file)}"
-                ) from exc
-            if time.monotonic() > deadline:
-                raise DevstackError(
-                    f"The schema registry at {layout.url} did not answer within "
-                    f"{START_TIMEOUT_S:.0f}s; see {layout.log_file}"
-                ) from exc
-        time.sleep(0.5)
+    def probe() -> None:
+        with urllib.request.urlopen(f"{layout.url}/subjects", timeout=3):
+            pass  # non-2xx answers raise HTTPError
+
+    process.wait_until_ready(
+        probe, lambda: status(layout) is not None,
+        f"The schema registry at {layout.url}", layout.log_file, START_TIMEOUT_S,
+    )  # fmt: skip
