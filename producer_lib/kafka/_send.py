@@ -59,7 +59,7 @@ class EncodedBatch:
         return cls(keys[0].tobytes(), keys[1].tolist(), values[0].tobytes(),
                    values[1].tolist(), partitions.tolist(),
                    {p: n for p, n in enumerate(counts) if n},
-                   marked_rows(partitions, partition_count))  # fmt: skip
+                   marked_rows(partitions))  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.partitions)
@@ -91,16 +91,14 @@ def encode_batch(
     return EncodedBatch.from_buffers(keys, values, parts, target.partitions)
 
 
-def marked_rows(partitions: np.ndarray, partition_count: int) -> list[int]:
-    """Rows that are the first or the last of their partition, ascending."""
-    marks: set[int] = set()
+def marked_rows(partitions: np.ndarray) -> list[int]:
+    """Rows that are the first or the last of their partition, ascending (one pass each)."""
     if len(partitions) == 0:
         return []
-    for partition in range(partition_count):
-        rows = np.flatnonzero(partitions == partition)
-        if len(rows):
-            marks.update((int(rows[0]), int(rows[-1])))
-    return sorted(marks)
+    _, first = np.unique(partitions, return_index=True)
+    _, from_end = np.unique(partitions[::-1], return_index=True)
+    last = len(partitions) - 1 - from_end
+    return sorted({*first.tolist(), *last.tolist()})
 
 
 def encoded_ahead(
