@@ -82,6 +82,21 @@ def _one(truncate: Truncate, columns: Mapping[str, DataType]) -> Column:
     return condition
 
 
+def compact(truncates: Sequence[Truncate]) -> list[Truncate]:
+    """Drop the TRUNCATEs that the latest whole-table TRUNCATE already covers, oldest first.
+
+    A whole-table TRUNCATE at time L deletes every row older than L, so every TRUNCATE at a
+    time before L (and a scoped one at L) can no longer drop a row it does not drop: the
+    per-batch filter stays as short as the table's truncates since its last reload.
+    """
+    unscoped = [t.time_us for t in truncates if t.unscoped]
+    if not unscoped:
+        return sorted(set(truncates), key=lambda t: t.time_us)
+    latest = max(unscoped)
+    kept = {t for t in truncates if t.time_us > latest or (t.time_us == latest and t.unscoped)}
+    return sorted(kept, key=lambda t: t.time_us)
+
+
 class TruncateLog:
     """TRUNCATEs already applied, per table, so late rows of older transactions still die.
 
@@ -109,9 +124,10 @@ class TruncateLog:
     def record(self, table: str, truncates: Sequence[Truncate]) -> list[tuple[str, int, str]]:
         """Remember ``truncates`` of ``table``; return the rows to append to ``_truncates``."""
         known = self.of(table)
-        new = [t for t in truncates if t not in known]
+        kept = compact([*known, *(t for t in truncates if t not in known)])
         assert self._by_table is not None
-        self._by_table.setdefault(table, []).extend(new)
+        self._by_table[table] = kept
+        new = [t for t in kept if t not in known]
         return [(table, t.time_us, json.dumps(dict(t.scope), sort_keys=True)) for t in new]
 
     def _load(self) -> dict[str, list[Truncate]]:
@@ -122,7 +138,7 @@ class TruncateLog:
         loaded: dict[str, list[Truncate]] = {}
         for row in self._spark.read.format("delta").load(self._path).collect():
             loaded.setdefault(row.table, []).append(Truncate(row.time_us, json.loads(row.scope)))
-        return loaded
+        return {table: compact(truncates) for table, truncates in loaded.items()}
 
 
 TRUNCATE_LOG_SCHEMA = "table STRING, time_us BIGINT, scope STRING"
