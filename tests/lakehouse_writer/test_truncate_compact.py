@@ -6,8 +6,9 @@ from lakehouse_writer.truncate import Truncate, compact
 
 
 def test_latest_whole_table_truncate_covers_every_earlier_one():
-    log = [Truncate(10, {"REGION": "EU"}), Truncate(20), Truncate(30, {"REGION": "US"}),
-           Truncate(40), Truncate(40, {"REGION": "EU"}), Truncate(50, {"REGION": "EU"})]  # fmt: skip
+    eu, us = {"REGION": "EU"}, {"REGION": "US"}
+    log = [Truncate(10, eu), Truncate(20), Truncate(30, us), Truncate(40), Truncate(40, eu),
+           Truncate(50, eu)]  # fmt: skip
     assert compact(log) == [Truncate(40), Truncate(50, {"REGION": "EU"})]
 
 
