@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -14,8 +15,10 @@ def consume_all(
     """Return all messages of ``topic`` visible at ``isolation``, in partition/offset order.
 
     Partitions are assigned directly (no consumer group to wait for) and read from the start
-    until each reports end-of-partition: the high watermark for ``read_uncommitted``, the last
-    stable offset for ``read_committed``.
+    until each reports end-of-partition at its high watermark as it was when the call began.
+    For ``read_committed`` an earlier end is not the end: ``commit_transaction`` returns
+    before the broker has written the commit markers to every partition, and until then the
+    last stable offset (where a committed reader stops) lags behind.
     """
     consumer = Consumer(
         {
@@ -27,6 +30,7 @@ def consume_all(
         }
     )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = _high_watermarks(bootstrap, topic, partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     pending = set(partitions)
     messages: list[Message] = []
@@ -40,10 +44,24 @@ def consume_all(
                 continue
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
+                    if msg.offset() >= ends[msg.partition()]:
+                        pending.discard(msg.partition())
                     continue
                 raise RuntimeError(f"consuming {topic}: {msg.error()}")
             messages.append(msg)
     finally:
         consumer.close()
     return sorted(messages, key=lambda m: (m.partition(), m.offset()))
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """End offsets including open and unfinished transactions (a read_uncommitted view)."""
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hw-{uuid.uuid4().hex}",
+                      "isolation.level": "read_uncommitted"})  # fmt: skip
+    try:
+        return {
+            p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in partitions
+        }
+    finally:
+        probe.close()
