@@ -19,7 +19,8 @@ Quickstart (a flow's initial load; see ``docs/DESIGN.md``)::
 
 The data path: :mod:`~producer_lib.sources` (read) → :mod:`~producer_lib.staging` (DuckDB) →
 :mod:`~producer_lib.schema` (Avro types, schemas, encoding) → :mod:`~producer_lib.kafka`
-(producer, transactions, schema catalog).
+(producer, transactions, schema catalog) → :mod:`~producer_lib.runner` (FunctionRunner, delta
+pointer, execution log, lineage, HTTP triggers).
 """
 
 from producer_lib.errors import (
@@ -30,6 +31,7 @@ from producer_lib.errors import (
     SourceError,
 )
 from producer_lib.kafka import KafkaProducer, Target
+from producer_lib.runner import FunctionRunner, RunFailed, RunResult
 from producer_lib.schema import (
     AvroArray,
     AvroBoolean,
@@ -101,6 +103,7 @@ __all__ = [
     "AvroVarchar",
     "DuckDBReader",
     "EncodeError",
+    "FunctionRunner",
     "KafkaProducer",
     "KafkaSecretSettings",
     "KafkaSettings",
@@ -111,6 +114,8 @@ __all__ = [
     "ProducerLibError",
     "RestReader",
     "RowType",
+    "RunFailed",
+    "RunResult",
     "SchemaError",
     "SchemaRegistrySettings",
     "SourceAdapter",

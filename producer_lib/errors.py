@@ -62,3 +62,7 @@ class ProduceError(ProducerLibError):
 
 class ConfigError(ProducerLibError):
     """Settings are missing or contradict each other."""
+
+
+class KafkaUnavailable(Transient, ProduceError):
+    """The Kafka cluster could not be reached in time; retrying later may work."""

@@ -225,3 +225,17 @@ def _present(value: str | SecretStr | None) -> bool:
 
 def _reveal(secret: SecretStr | None) -> str:
     return secret.get_secret_value() if secret is not None else ""
+
+
+class FlowSettings(BaseSettings):
+    """Where a flow runs (env prefix ``FLOW_``), for runners that build their own producer.
+
+    Attributes:
+        environment: Deployment environment, part of every transactional id
+            (``FLOW_ENVIRONMENT``, e.g. ``dev``, ``prod``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="FLOW_", env_file=".env", extra="ignore",
+                                      frozen=True)  # fmt: skip
+
+    environment: str = Field(default="dev", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")

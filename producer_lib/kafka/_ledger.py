@@ -10,6 +10,7 @@ then raises (``tests/producer_lib/kafka/test_kafka_producer.py`` checks this).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from confluent_kafka import KafkaError, Message
 
 from producer_lib.errors import ProduceError
 
-__all__ = ["PartitionStats", "TransactionLedger"]
+__all__ = ["CommitHook", "PartitionStats", "PendingCommit", "TransactionLedger"]
 
 
 @dataclass
@@ -102,3 +103,28 @@ class TransactionLedger:
         ]  # fmt: skip
         return {**header, "transaction_time": self.transaction_time, "tables": tables,
                 "partitions": partitions}  # fmt: skip
+
+
+class PendingCommit:
+    """What a commit hook sees: the transaction about to be committed.
+
+    Attributes:
+        commit_id: Id of the commit (also the key of its ``_commits`` record).
+        transaction_time: The ``__change_time`` of its rows (µs since epoch, UTC).
+        rows: Data rows per table (``<namespace>.<name>``) in this transaction.
+    """
+
+    def __init__(self, commit_id: str, ledger: TransactionLedger) -> None:
+        self.commit_id = commit_id
+        self.transaction_time = ledger.transaction_time
+        self.rows: dict[str, int] = {}
+        for (_topic, table), rows in ledger.tables.items():
+            self.rows[table] = self.rows.get(table, 0) + rows
+        self._after: list[Callable[[], None]] = []
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the transaction has committed (not if it fails)."""
+        self._after.append(callback)
+
+
+CommitHook = Callable[[PendingCommit], None]

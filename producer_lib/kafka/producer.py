@@ -17,42 +17,30 @@ producer). Partitions are computed here with Kafka's Java murmur2 over the frame
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import duckdb
 import numpy as np
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from producer_lib.errors import ProduceError
-from producer_lib.kafka._ledger import TransactionLedger
+from producer_lib.kafka._ledger import CommitHook, PendingCommit
 from producer_lib.kafka._send import EncodedBatch, encoded_ahead, send_batch
 from producer_lib.kafka._target import Target, build_target, check_columns, relation, row_table
+from producer_lib.kafka._transactional import TransactionalProducer
 from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
-from producer_lib.kafka.config import producer_config
 from producer_lib.kafka.partitioner import partitions_for_keys
 from producer_lib.kafka.progress import Progress
-from producer_lib.kafka.topics import COMMITS_TOPIC, ensure_topic
-from producer_lib.kafka.transactions import TransactionFailed, call_transactional
+from producer_lib.kafka.topics import ensure_topic
 from producer_lib.schema.row_types import RowType
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 from producer_lib.settings import KafkaSettings
 
-__all__ = ["KafkaProducer", "Target"]
+__all__ = ["CommitHook", "KafkaProducer", "PendingCommit", "Target"]
 
 log = logging.getLogger(__name__)
 
-_COMMIT_ATTEMPTS = 3  # retriable commit/abort errors (coordinator moving): then give up
-
-
-class KafkaProducer:
+class KafkaProducer(TransactionalProducer):
     """Transactional producer of Avro change rows (a context manager).
 
     Args:
@@ -81,91 +69,22 @@ class KafkaProducer:
         schema_catalog: SchemaCatalog | None = None,
         instance: str = "0",
     ) -> None:
-        self.source_system = source_system
-        self.function_name = function_name
-        self.transactional_id = f"{environment}.{zone}.{function_name}.{instance}"
-        self._settings = kafka_settings
-        self._log = logger or log
+        super().__init__(source_system, function_name, zone, environment, kafka_settings,
+                         logger or log, instance=instance)  # fmt: skip
         self._duckdb = duckdb_connection
         self._catalog = schema_catalog
-        self._kafka: Producer | None = None
-        self._admin: AdminClient | None = None
         self._targets: dict[str, Target] = {}
-        self._ledger: TransactionLedger | None = None
-        self._last_time = 0
-        self._state = "new"  # new -> open -> closed | broken
-        self._broken_reason = ""
 
-    # -- lifecycle ------------------------------------------------------------------------
-
-    def __enter__(self) -> KafkaProducer:
+    def __enter__(self) -> Self:
         """Connect, fence older instances and get ready to produce.
 
         Raises:
             ProduceError: The cluster is unreachable within ``connect_timeout_s`` or refuses.
         """
-        if self._state != "new":
-            raise ProduceError("a KafkaProducer can be entered once; create a new one",
-                               producer=self.transactional_id)  # fmt: skip
-        conf = producer_config(self._settings, self.transactional_id)
-        kafka = Producer(conf)
-        timeout = self._settings.connect_timeout_s
-        try:
-            call_transactional("init_transactions", lambda: kafka.init_transactions(timeout),
-                               attempts=1, producer=self.transactional_id)  # fmt: skip
-        except TransactionFailed as exc:
-            kafka.purge()
-            raise ProduceError(
-                f"cannot start a transactional producer within {timeout:g} s: {exc.message}; "
-                "is the cluster reachable and are the settings right?",
-                bootstrap_servers=self._settings.bootstrap_servers,
-                producer=self.transactional_id,
-            ) from exc
-        self._kafka, self._admin, self._state = kafka, AdminClient(conf), "open"
-        ensure_topic(self._admin, COMMITS_TOPIC, 1, timeout_s=timeout,
-                     replication_factor=self._settings.topic_replication_factor)  # fmt: skip
+        super().__enter__()
         if self._catalog is None:
             self._catalog = catalog_from_settings(self._settings)
-        self._log.info("producer ready producer=%s %s", self.transactional_id,
-                       self._settings.describe())  # fmt: skip
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Abort an open transaction and close; leaving with uncommitted rows is an error.
-
-        Raises:
-            ProduceError: The block ended normally but rows were produced and not committed.
-        """
-        left_open = self._ledger is not None and self._state == "open"
-        if left_open:
-            self._abort("left the with block" if exc is None else f"{exc_type.__name__}")
-        self._close()
-        if left_open and exc is None:
-            raise ProduceError("rows were produced but not committed; call commit() before "
-                               "leaving the with block (they were aborted)",
-                               producer=self.transactional_id)  # fmt: skip
-
-    def _close(self) -> None:
-        if self._kafka is not None and self._state == "open":
-            self._kafka.flush(self._settings.connect_timeout_s)
-        if self._state != "broken":
-            self._state = "closed"
-        self._kafka = None
-
-    def _require_open(self) -> Producer:
-        if self._state == "open" and self._kafka is not None:
-            return self._kafka
-        reason = {
-            "new": "the producer is not started; use it in a with block",
-            "closed": "the producer is closed; create a new KafkaProducer",
-            "broken": f"the producer is unusable ({self._broken_reason}); create a new one",
-        }[self._state]
-        raise ProduceError(reason, producer=self.transactional_id)
 
     # -- targets ---------------------------------------------------------------------------
 
@@ -213,15 +132,6 @@ class KafkaProducer:
                                topic=target.topic, partition=partition)  # fmt: skip
 
     # -- producing ------------------------------------------------------------------------
-
-    def _begin(self) -> TransactionLedger:
-        kafka = self._require_open()
-        if self._ledger is None:
-            self._run_txn("begin_transaction", kafka.begin_transaction)
-            now = time.time_ns() // 1000
-            self._ledger = TransactionLedger(max(now, self._last_time + 1))
-            self._last_time = self._ledger.transaction_time
-        return self._ledger
 
     def _constants(self, target: Target, row_type: RowType, txn_time: int) -> tuple[dict, dict]:
         values = {"__change_type": RowType(row_type).value, "__change_time": txn_time,
@@ -313,72 +223,3 @@ class KafkaProducer:
         self._ledger.count(target.topic, target.table, batch.rows_per_partition)
         send_batch(self._kafka, target.topic, batch, self._ledger.on_delivery)
         self._kafka.poll(0)  # serve delivery reports so they do not pile up
-
-    # -- transactions ---------------------------------------------------------------------
-
-    def commit(self) -> str | None:
-        """Write the ``_commits`` record and commit the open transaction.
-
-        Returns:
-            The commit id, or None when nothing was produced since the last commit.
-
-        Raises:
-            ProduceError: A message or the commit failed; the transaction was aborted (or,
-                when the error is fatal, the producer must be recreated).
-        """
-        kafka = self._require_open()
-        ledger = self._ledger
-        if ledger is None:
-            self._log.info("nothing to commit producer=%s", self.transactional_id)
-            return None
-        commit_id = str(uuid.uuid4())
-        with self._aborting_on_error():
-            remaining = kafka.flush(self._settings.transaction_timeout_ms / 1000)
-            if remaining:
-                raise ProduceError(f"{remaining} message(s) not delivered in time",
-                                   producer=self.transactional_id)  # fmt: skip
-            ledger.check()
-            record = ledger.commit_record(
-                commit_id=commit_id, producer=self.transactional_id,
-                source_system=self.source_system, function_name=self.function_name,
-            )  # fmt: skip
-            kafka.produce(COMMITS_TOPIC, json.dumps(record).encode(), commit_id.encode(), 0)
-            timeout = self._settings.transaction_timeout_ms / 1000
-            self._run_txn("commit_transaction", lambda: kafka.commit_transaction(timeout))
-        self._ledger = None
-        self._log.info("committed producer=%s commit_id=%s transaction_time=%d rows=%d",
-                       self.transactional_id, commit_id, ledger.transaction_time,
-                       ledger.rows)  # fmt: skip
-        return commit_id
-
-    def _run_txn(self, operation: str, call: Any) -> Any:
-        try:
-            return call_transactional(operation, call, attempts=_COMMIT_ATTEMPTS,
-                                      producer=self.transactional_id)  # fmt: skip
-        except TransactionFailed as exc:
-            if exc.kind == "fatal":
-                self._state, self._broken_reason = "broken", exc.message
-            raise
-
-    @contextmanager
-    def _aborting_on_error(self) -> Iterator[None]:
-        """Any exception inside aborts the open transaction, then propagates."""
-        try:
-            yield
-        except BaseException as exc:
-            self._abort(f"{type(exc).__name__}: {exc}")
-            raise
-
-    def _abort(self, reason: str) -> None:
-        """Abort the open transaction; log (not raise) when even that fails."""
-        ledger, self._ledger = self._ledger, None
-        if ledger is None or self._kafka is None or self._state != "open":
-            return
-        kafka, timeout = self._kafka, self._settings.transaction_timeout_ms / 1000
-        try:
-            self._run_txn("abort_transaction", lambda: kafka.abort_transaction(timeout))
-            self._log.warning("transaction aborted producer=%s reason=%s rows=%d",
-                              self.transactional_id, reason, ledger.rows)  # fmt: skip
-        except TransactionFailed as exc:
-            self._state, self._broken_reason = "broken", exc.message
-            self._log.error("abort failed producer=%s error=%s", self.transactional_id, exc)

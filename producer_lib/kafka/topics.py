@@ -15,12 +15,22 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from producer_lib.errors import ProduceError
 
-__all__ = ["COMMITS_TOPIC", "SCHEMAS_TOPIC", "ensure_topic"]
+__all__ = [
+    "COMMITS_TOPIC",
+    "COMPACTED",
+    "EXECUTION_LOG_TOPIC",
+    "LINEAGE_TOPIC",
+    "SCHEMAS_TOPIC",
+    "ensure_topic",
+]
 
 log = logging.getLogger(__name__)
 
 SCHEMAS_TOPIC = "_schemas"
 COMMITS_TOPIC = "_commits"
+EXECUTION_LOG_TOPIC = "_execution_log"
+LINEAGE_TOPIC = "_lineage"
+COMPACTED = {"cleanup.policy": "compact"}  # system topics keyed by what they describe
 
 
 def ensure_topic(

@@ -18,16 +18,24 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from producer_lib.errors import ProduceError
+from producer_lib.errors import KafkaUnavailable, ProduceError
 
-__all__ = ["ErrorKind", "TransactionFailed", "call_transactional", "classify"]
+__all__ = [
+    "ErrorKind",
+    "TransactionFailed",
+    "call_transactional",
+    "classify",
+    "start_transactional",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ErrorKind = Literal["retriable", "abortable", "fatal"]
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                           KafkaError.INVALID_PRODUCER_EPOCH})  # fmt: skip
 RETRY_BACKOFF_S = 0.5  # a coordinator moving or loading: give it a moment, not a busy loop
 
 
@@ -39,6 +47,12 @@ class TransactionFailed(ProduceError):
     """
 
     kind: ErrorKind
+    code: int | None = None
+
+    @property
+    def fenced(self) -> bool:
+        """True when a newer producer with the same transactional id took over."""
+        return self.code in _FENCED_CODES
 
 
 def classify(error: KafkaError) -> ErrorKind:
@@ -101,5 +115,27 @@ def call_transactional(
                 **context,
             )
             failed.kind = kind
+            failed.code = error.code() if error is not None else None
             raise failed from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def start_transactional(conf: dict[str, Any], timeout_s: float, *, bootstrap: str) -> Producer:
+    """A producer with ``conf`` whose ``init_transactions`` succeeded (fencing older ones).
+
+    Raises:
+        KafkaUnavailable: The cluster did not answer within ``timeout_s`` or refused.
+    """
+    kafka = Producer(conf)
+    transactional_id = conf["transactional.id"]
+    try:
+        call_transactional("init_transactions", lambda: kafka.init_transactions(timeout_s),
+                           attempts=1, producer=transactional_id)  # fmt: skip
+    except TransactionFailed as exc:
+        kafka.purge()
+        raise KafkaUnavailable(
+            f"cannot start a transactional producer within {timeout_s:g} s: {exc.message}; "
+            "is the cluster reachable and are the settings right?",
+            bootstrap_servers=bootstrap, producer=transactional_id,
+        ) from exc
+    return kafka

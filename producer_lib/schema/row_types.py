@@ -115,10 +115,12 @@ def create_truncate_row(schema: ValueSchema, scope: Mapping[str, Any] | None) ->
     Raises:
         SchemaError: A scope column does not exist.
     """
+    keys = set(schema.pks)  # key fields are never null on the wire, nullable or not here
     row: dict[str, Any] = {
-        name: None if field.nullable else placeholder_value(field.type.to_avro())
+        name: None if field.nullable and name not in keys
+        else placeholder_value(field.type.to_avro())
         for name, field in schema.fields.items()
-    }
+    }  # fmt: skip
     for column in scope or {}:
         schema.field(column)
     row["__change_type"] = RowType.TRUNCATE.value

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -25,6 +27,26 @@ from producer_lib.sources.progress import Progress
 from producer_lib.staging import append_arrow, check_primary_key, create_table, default_connection
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadRecord:
+    """What one :meth:`SourceAdapter.load` read: the input of its lineage document.
+
+    Attributes:
+        target: ``<namespace>.<name>`` of the schema the load produced.
+        sql: The SQL given to ``load``.
+        dialect: sqlglot dialect of that SQL, or None when it is not SQL (REST resources).
+        columns: Output columns, by original name.
+        source_schema: Columns and types of the tables the SQL reads (table -> column ->
+            type), for ``select *``; best effort, empty when unknown.
+    """
+
+    target: str
+    sql: str
+    dialect: str | None
+    columns: tuple[str, ...]
+    source_schema: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def rows_to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
@@ -56,7 +78,14 @@ class SourceAdapter:
             while a load runs.
 
     Use as ``async with Reader(logger) as reader: await reader.load(...)``.
+
+    Attributes:
+        sql_dialect: sqlglot dialect of the SQL the reader takes (lineage is derived from
+            it); None when ``load`` does not take SQL.
+        loads: What each load read, by target ``<namespace>.<name>`` (the last load wins).
     """
+
+    sql_dialect: str | None = "duckdb"
 
     def __init__(
         self, logger: logging.Logger | None = None, *,
@@ -70,15 +99,24 @@ class SourceAdapter:
         self._progress: dict[str, Progress] = {}
         self.source_system: str | None = None
         self.last_sql: str | None = None
+        self.loads: dict[str, LoadRecord] = {}
+        self._open = False
+
+    @property
+    def is_open(self) -> bool:
+        """True inside ``async with`` (between :meth:`open` and :meth:`close`)."""
+        return self._open
 
     async def __aenter__(self) -> Self:
         await self.open()
+        self._open = True
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
+        self._open = False
         await self.close()
 
     async def open(self) -> None:
@@ -175,7 +213,23 @@ class SourceAdapter:
         await self._copy(duckdb_table, sql, arrow_schema)
         self._progress[duckdb_table].done()
         self.check_primary_key(duckdb_table, schema)
+        await self._record_load(schema, sql)
         return schema
+
+    async def _record_load(self, schema: ValueSchema, sql: str) -> None:
+        target = f"{schema.namespace}.{schema.name}"
+        source_schema: Mapping[str, Mapping[str, str]] = {}
+        if self.sql_dialect:  # `*` and unqualified columns of joins need the sources' columns
+            try:
+                source_schema = await self._lineage_schema(sql)
+            except Exception as exc:  # lineage is best effort: never fail the load for it
+                self.logger.warning("source columns unknown table=%s error=%s", target, exc)
+        self.loads[target] = LoadRecord(target, sql, self.sql_dialect, tuple(schema.fields),
+                                        source_schema)  # fmt: skip
+
+    async def _lineage_schema(self, sql: str) -> Mapping[str, Mapping[str, str]]:
+        """Columns and types of the tables ``sql`` reads. Readers that can, implement it."""
+        return {}
 
     async def _describe(self, sql: str, name: str, namespace: str) -> ValueSchema:
         """Return the columns and types of ``sql``'s projection. Readers implement this."""

@@ -27,18 +27,24 @@ class SourceTable:
     name_quoted: bool = False
 
 
-def source_table_of(sql: str, dialect: str) -> SourceTable | None:
-    """Return the single table ``sql`` reads, or None (joins, several tables, parse errors)."""
+def source_tables_of(sql: str, dialect: str) -> list[SourceTable]:
+    """Every base table ``sql`` reads (not CTEs), sorted; empty on a parse error."""
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
     except sqlglot.errors.ParseError:
-        return None
+        return []
     ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
     tables = {
         (t.db or None, t.name, _quoted(t.args.get("db")), _quoted(t.this))
         for t in tree.find_all(exp.Table) if t.name and t.name not in ctes
     }  # fmt: skip
-    return SourceTable(*tables.pop()) if len(tables) == 1 else None
+    return [SourceTable(*t) for t in sorted(tables, key=lambda t: (t[0] or "", t[1]))]
+
+
+def source_table_of(sql: str, dialect: str) -> SourceTable | None:
+    """Return the single table ``sql`` reads, or None (joins, several tables, parse errors)."""
+    tables = source_tables_of(sql, dialect)
+    return tables[0] if len(tables) == 1 else None
 
 
 def _quoted(node: Any) -> bool:

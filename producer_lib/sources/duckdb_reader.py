@@ -24,7 +24,12 @@ import pyarrow as pa
 from producer_lib.errors import SourceError
 from producer_lib.schema import ValueSchema
 from producer_lib.sources.adapter import SourceAdapter
-from producer_lib.sources.dictionary import DataDictionary, apply_dictionary, source_table_of
+from producer_lib.sources.dictionary import (
+    DataDictionary,
+    apply_dictionary,
+    source_table_of,
+    source_tables_of,
+)
 from producer_lib.staging import describe, load_packaged_extension, quote_table, row_count
 
 _DELTA_SCAN = re.compile(r"delta_scan\s*\(\s*'((?:[^']|'')*)'\s*\)", re.IGNORECASE)
@@ -98,6 +103,20 @@ class DuckDBReader(SourceAdapter):
         if source is None or _DELTA_SCAN.search(sql):
             return
         apply_dictionary(schema, _duckdb_dictionary(self.connection, source.schema, source.name))
+
+
+    async def _lineage_schema(self, sql: str) -> dict[str, dict[str, str]]:
+        """Columns of the DuckDB tables and views ``sql`` reads (``DESCRIBE``)."""
+        schema: dict[str, dict[str, str]] = {}
+        async with self._lock:
+            for source in source_tables_of(sql, "duckdb"):
+                name = f"{source.schema}.{source.name}" if source.schema else source.name
+                rows = await asyncio.to_thread(
+                    lambda n=name: self.connection.execute(
+                        f"DESCRIBE {quote_table(n)}").fetchall()
+                )  # fmt: skip
+                schema[name] = {row[0]: str(row[1]) for row in rows}
+        return schema
 
 
 def _duckdb_dictionary(

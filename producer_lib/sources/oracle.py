@@ -67,6 +67,8 @@ class OracleReader(SourceAdapter):
         page_size: Rows per fetch and per DuckDB append.
     """
 
+    sql_dialect = "oracle"
+
     def __init__(
         self, user: str, password: str, dsn: str, logger: logging.Logger | None = None, *,
         connection: duckdb.DuckDBPyConnection | None = None, page_size: int = 10_000,

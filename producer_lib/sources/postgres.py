@@ -45,7 +45,12 @@ from producer_lib.schema import (
     ValueSchema,
 )  # fmt: skip
 from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
-from producer_lib.sources.dictionary import SourceTable, apply_dictionary, source_table_of
+from producer_lib.sources.dictionary import (
+    SourceTable,
+    apply_dictionary,
+    source_table_of,
+    source_tables_of,
+)
 from producer_lib.sources.postgres_catalog import read_dictionary
 
 _TEXT_TYPES = ("json", "jsonb", "uuid", "xml", "inet", "cidr", "macaddr")  # loaded as text
@@ -101,6 +106,8 @@ class PostgresReader(SourceAdapter):
         connection: The DuckDB staging database; default: DuckDB's default connection.
         page_size: Rows per fetch and per DuckDB append.
     """
+
+    sql_dialect = "postgres"
 
     def __init__(
         self, dsn: str, logger: logging.Logger | None = None, *,
@@ -183,6 +190,23 @@ class PostgresReader(SourceAdapter):
         finally:
             await self.pg.rollback()
         apply_dictionary(schema, dictionary)
+
+
+    async def _lineage_schema(self, sql: str) -> dict[str, dict[str, str]]:
+        """Columns of the tables ``sql`` reads, from ``pg_attribute`` (for ``select *``)."""
+        schema: dict[str, dict[str, str]] = {}
+        try:
+            for source in source_tables_of(sql, "postgres"):
+                cursor = await self.pg.execute(
+                    "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+                    "ORDER BY attnum", (_regclass_text(source),),
+                )  # fmt: skip
+                name = f"{source.schema}.{source.name}" if source.schema else source.name
+                schema[name] = {row[0]: row[1] for row in await cursor.fetchall()}
+        finally:
+            await self.pg.rollback()
+        return schema
 
 
 def _regclass_text(source: SourceTable) -> str:

@@ -59,6 +59,8 @@ class RestReader(SourceAdapter):
         timeout_seconds: Total time allowed for one request.
     """
 
+    sql_dialect = None  # resources, not SQL: no lineage
+
     def __init__(
         self, base_url: str = "", logger: logging.Logger | None = None, *,
         connection: duckdb.DuckDBPyConnection | None = None, concurrency: int = 4,

@@ -1,0 +1,90 @@
+"""``producer-lib``: run a flow once, or serve it over HTTP.
+
+::
+
+    producer-lib run flows.tpch:TpchFlow --load initial [--dataflow D] [--partition P]
+    producer-lib serve flows.tpch:TpchFlow [--host 0.0.0.0] [--port 8080]
+
+``run`` prints the run's result as JSON and exits 0 when it completed, 1 when it failed,
+2 on bad usage. Settings come from the environment (``KAFKA_*``, ``FLOW_ENVIRONMENT``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from producer_lib.errors import ConfigError, ProducerLibError
+from producer_lib.runner import FunctionRunner, RunFailed
+
+__all__ = ["load_runner", "main"]
+
+
+def load_runner(spec: str) -> FunctionRunner:
+    """Import ``MODULE:CLASS`` and build the runner (no arguments).
+
+    Raises:
+        ConfigError: The spec is malformed, or does not name a FunctionRunner subclass.
+    """
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise ConfigError("expected MODULE:CLASS, e.g. flows.tpch:TpchFlow", runner=spec)
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import the runner: {exc}", runner=spec) from exc
+    if not (isinstance(cls, type) and issubclass(cls, FunctionRunner)):
+        raise ConfigError("not a FunctionRunner subclass", runner=spec)
+    return cls()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="producer-lib", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run one load and exit")
+    run.add_argument("runner", metavar="MODULE:CLASS")
+    run.add_argument("--load", choices=("initial", "delta"), required=True)
+    run.add_argument("--dataflow", default="default")
+    run.add_argument("--partition", default="0")
+    serve = commands.add_parser("serve", help="serve the flow over HTTP (POST /run, GET /health)")
+    serve.add_argument("runner", metavar="MODULE:CLASS")
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``producer-lib``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")  # fmt: skip
+    try:
+        runner = load_runner(args.runner)
+        if args.command == "serve":
+            from producer_lib.runner.serve import serve
+
+            serve(runner, args.host, args.port)
+            return 0
+        result = asyncio.run(runner.run(args.load, dataflow=args.dataflow,
+                                        partition=args.partition))  # fmt: skip
+    except RunFailed as exc:
+        print(json.dumps(exc.result.to_json(), default=str))
+        return 1
+    except ConfigError as exc:
+        print(f"producer-lib: {exc}", file=sys.stderr)
+        return 2
+    except ProducerLibError as exc:
+        print(f"producer-lib: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.to_json(), default=str))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

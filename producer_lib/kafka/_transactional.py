@@ -1,0 +1,286 @@
+"""The transactional half of the producer: lifecycle, transactions, system records, hooks.
+
+:class:`TransactionalProducer` owns the librdkafka producer and the open transaction: it
+starts (fencing older instances of its transactional id), begins a transaction at the first
+record, produces system records (``_execution_log``, ``_lineage``), runs commit hooks and
+writes the ``_commits`` record at commit, and aborts on any error. The data half (targets,
+encoding, rows) is :class:`~producer_lib.kafka.producer.KafkaProducer`, its subclass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Self
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from producer_lib.errors import ProduceError
+from producer_lib.kafka._ledger import CommitHook, PendingCommit, TransactionLedger
+from producer_lib.kafka.config import producer_config
+from producer_lib.kafka.topics import COMMITS_TOPIC, COMPACTED, ensure_topic
+from producer_lib.kafka.transactions import (
+    TransactionFailed,
+    call_transactional,
+    start_transactional,
+)
+from producer_lib.settings import KafkaSettings
+
+__all__ = ["TransactionalProducer"]
+
+log = logging.getLogger("producer_lib.kafka.producer")
+
+_COMMIT_ATTEMPTS = 3  # retriable commit/abort errors (coordinator moving): then give up
+
+
+class TransactionalProducer:
+    """Lifecycle and transactions of a producer (a context manager); see the module doc.
+
+    Args:
+        source_system: The source system, in the ``_commits`` record.
+        function_name: The flow function; part of the transactional id.
+        zone: Data zone (e.g. ``bronze``); part of the transactional id.
+        environment: Deployment environment (e.g. ``dev``); part of the transactional id.
+        kafka_settings: The cluster and client settings.
+        logger: Where the producer logs.
+        instance: Tells apart parallel instances of one function.
+    """
+
+    def __init__(
+        self, source_system: str, function_name: str, zone: str, environment: str,
+        kafka_settings: KafkaSettings, logger: logging.Logger | None = None, *,
+        instance: str = "0",
+    ) -> None:  # fmt: skip
+        self.source_system = source_system
+        self.function_name = function_name
+        self.transactional_id = f"{environment}.{zone}.{function_name}.{instance}"
+        self._settings = kafka_settings
+        self._log = logger or log
+        self._kafka: Producer | None = None
+        self._admin: AdminClient | None = None
+        self._ledger: TransactionLedger | None = None
+        self._last_time = 0
+        self._state = "new"  # new -> open -> closed | broken
+        self._broken_reason = ""
+        self._environment_zone = (environment, zone)
+        self._commit_hooks: list[CommitHook] = []
+        self._system_topics: set[str] = set()
+
+    @property
+    def settings(self) -> KafkaSettings:
+        """The cluster and client settings this producer was built with."""
+        return self._settings
+
+    @property
+    def is_open(self) -> bool:
+        """True between entering the ``with`` block and leaving (or breaking) it."""
+        return self._state == "open"
+
+    def set_instance(self, instance: str) -> None:
+        """Choose the instance part of the transactional id, before the producer starts.
+
+        Runs that must fence each other (one function, dataflow and partition) use one
+        instance; the FunctionRunner sets it per run.
+
+        Raises:
+            ProduceError: The producer has already started.
+        """
+        if self._state != "new":
+            raise ProduceError("set_instance() must come before the with block",
+                               producer=self.transactional_id)  # fmt: skip
+        environment, zone = self._environment_zone
+        self.transactional_id = f"{environment}.{zone}.{self.function_name}.{instance}"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        """Connect, fence older instances and get ready to produce.
+
+        Raises:
+            ProduceError: The cluster is unreachable within ``connect_timeout_s`` or refuses.
+        """
+        if self._state != "new":
+            raise ProduceError("a KafkaProducer can be entered once; create a new one",
+                               producer=self.transactional_id)  # fmt: skip
+        conf = producer_config(self._settings, self.transactional_id)
+        timeout = self._settings.connect_timeout_s
+        kafka = start_transactional(conf, timeout, bootstrap=self._settings.bootstrap_servers)
+        self._kafka, self._admin, self._state = kafka, AdminClient(conf), "open"
+        ensure_topic(self._admin, COMMITS_TOPIC, 1, timeout_s=timeout,
+                     replication_factor=self._settings.topic_replication_factor)  # fmt: skip
+        self._log.info("producer ready producer=%s %s", self.transactional_id,
+                       self._settings.describe())  # fmt: skip
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Abort an open transaction and close; leaving with uncommitted rows is an error.
+
+        Raises:
+            ProduceError: The block ended normally but rows were produced and not committed.
+        """
+        left_open = self._ledger is not None and self._state == "open"
+        if left_open:
+            self._abort("left the with block" if exc is None else f"{exc_type.__name__}")
+        self._close()
+        if left_open and exc is None:
+            raise ProduceError("rows were produced but not committed; call commit() before "
+                               "leaving the with block (they were aborted)",
+                               producer=self.transactional_id)  # fmt: skip
+
+    def _close(self) -> None:
+        if self._kafka is not None and self._state == "open":
+            self._kafka.flush(self._settings.connect_timeout_s)
+        if self._state != "broken":
+            self._state = "closed"
+        self._kafka = None
+
+    def _require_open(self) -> Producer:
+        if self._state == "open" and self._kafka is not None:
+            return self._kafka
+        reason = {
+            "new": "the producer is not started; use it in a with block",
+            "closed": "the producer is closed; create a new KafkaProducer",
+            "broken": f"the producer is unusable ({self._broken_reason}); create a new one",
+        }[self._state]
+        raise ProduceError(reason, producer=self.transactional_id)
+
+    def _begin(self) -> TransactionLedger:
+        kafka = self._require_open()
+        if self._ledger is None:
+            self._run_txn("begin_transaction", kafka.begin_transaction)
+            now = time.time_ns() // 1000
+            self._ledger = TransactionLedger(max(now, self._last_time + 1))
+            self._last_time = self._ledger.transaction_time
+        return self._ledger
+
+    def produce_system_record(self, topic: str, key: bytes, value: bytes) -> None:
+        """Produce a record of a system topic (``_execution_log``, ``_lineage``...).
+
+        It joins the open transaction, beginning one if none is open. The topic is created
+        on first use: one partition, compacted (the latest record per key is what counts).
+        System records are not data rows: a transaction holding only them commits without
+        a ``_commits`` record.
+
+        Raises:
+            ProduceError: Closed producer, or the topic cannot be created.
+        """
+        self._require_open()
+        if topic not in self._system_topics:
+            assert self._admin is not None
+            ensure_topic(self._admin, topic, 1, config=COMPACTED,
+                         replication_factor=self._settings.topic_replication_factor,
+                         timeout_s=self._settings.connect_timeout_s)  # fmt: skip
+            self._system_topics.add(topic)
+        self._begin()
+        assert self._kafka is not None
+        with self._aborting_on_error():
+            self._kafka.produce(topic, value, key)
+
+    def add_commit_hook(self, hook: CommitHook) -> None:
+        """Call ``hook(pending)`` inside every commit, before the ``_commits`` record.
+
+        A hook adds records to the transaction with :meth:`produce_system_record` (the
+        FunctionRunner writes its execution log and lineage this way, so they become
+        visible exactly with the data). An exception in a hook aborts the transaction.
+        """
+        self._commit_hooks.append(hook)
+
+    def remove_commit_hook(self, hook: CommitHook) -> None:
+        """Stop calling ``hook`` (no error when it was not added)."""
+        if hook in self._commit_hooks:
+            self._commit_hooks.remove(hook)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def commit(self) -> str | None:
+        """Write the ``_commits`` record and commit the open transaction.
+
+        Returns:
+            The commit id, or None when nothing was produced since the last commit.
+
+        Raises:
+            ProduceError: A message or the commit failed; the transaction was aborted (or,
+                when the error is fatal, the producer must be recreated).
+        """
+        kafka = self._require_open()
+        ledger = self._ledger
+        if ledger is None:
+            self._log.info("nothing to commit producer=%s", self.transactional_id)
+            return None
+        commit_id = str(uuid.uuid4())
+        with self._aborting_on_error():
+            remaining = kafka.flush(self._settings.transaction_timeout_ms / 1000)
+            if remaining:
+                raise ProduceError(f"{remaining} message(s) not delivered in time",
+                                   producer=self.transactional_id)  # fmt: skip
+            ledger.check()
+            pending = PendingCommit(commit_id, ledger)
+            for hook in list(self._commit_hooks):
+                hook(pending)
+            if ledger.rows:  # only data transactions get a commit record
+                record = ledger.commit_record(
+                    commit_id=commit_id, producer=self.transactional_id,
+                    source_system=self.source_system, function_name=self.function_name,
+                )  # fmt: skip
+                kafka.produce(COMMITS_TOPIC, json.dumps(record).encode(), commit_id.encode(), 0)
+            timeout = self._settings.transaction_timeout_ms / 1000
+            self._run_txn("commit_transaction", lambda: kafka.commit_transaction(timeout))
+        self._ledger = None
+        self._log.info("committed producer=%s commit_id=%s transaction_time=%d rows=%d",
+                       self.transactional_id, commit_id, ledger.transaction_time,
+                       ledger.rows)  # fmt: skip
+        for callback in pending._after:
+            callback()
+        return commit_id
+
+    @property
+    def has_open_transaction(self) -> bool:
+        """True when rows were produced since the last commit or abort."""
+        return self._ledger is not None
+
+    def abort(self, reason: str = "aborted by the caller") -> None:
+        """Abort the open transaction, if any: none of its rows become visible."""
+        self._abort(reason)
+
+    def _run_txn(self, operation: str, call: Any) -> Any:
+        try:
+            return call_transactional(operation, call, attempts=_COMMIT_ATTEMPTS,
+                                      producer=self.transactional_id)  # fmt: skip
+        except TransactionFailed as exc:
+            if exc.kind == "fatal":
+                self._state, self._broken_reason = "broken", exc.message
+            raise
+
+    @contextmanager
+    def _aborting_on_error(self) -> Iterator[None]:
+        """Any exception inside aborts the open transaction, then propagates."""
+        try:
+            yield
+        except BaseException as exc:
+            self._abort(f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _abort(self, reason: str) -> None:
+        """Abort the open transaction; log (not raise) when even that fails."""
+        ledger, self._ledger = self._ledger, None
+        if ledger is None or self._kafka is None or self._state != "open":
+            return
+        kafka, timeout = self._kafka, self._settings.transaction_timeout_ms / 1000
+        try:
+            self._run_txn("abort_transaction", lambda: kafka.abort_transaction(timeout))
+            self._log.warning("transaction aborted producer=%s reason=%s rows=%d",
+                              self.transactional_id, reason, ledger.rows)  # fmt: skip
+        except TransactionFailed as exc:
+            self._state, self._broken_reason = "broken", exc.message
+            self._log.error("abort failed producer=%s error=%s", self.transactional_id, exc)

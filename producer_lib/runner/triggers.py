@@ -1,0 +1,140 @@
+"""One contract for every way a run is triggered: Azure Functions HTTP, container, CLI.
+
+Parameters come from the query string or a JSON body (the body wins): ``load``
+(``initial`` | ``delta``, required), ``dataflow`` (default ``default``), ``partition``
+(default ``0``). The answer is the run's :class:`~producer_lib.runner.runner.RunResult` as
+JSON, with a status code that says what happened:
+
+=====  ======================================================================
+200    the run completed
+400    bad parameters (nothing ran)
+409    another run of the same function, dataflow and partition is in progress or took over
+500    the run failed (the error is in the body and on ``_execution_log``)
+503    Kafka or the source could not be reached in time; retry later
+=====  ======================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from producer_lib.errors import ConfigError, ProducerLibError, Transient
+from producer_lib.kafka.transactions import TransactionFailed
+
+if TYPE_CHECKING:
+    import azure.functions as func
+
+    from producer_lib.kafka.producer import KafkaProducer
+    from producer_lib.runner.runner import FunctionRunner, RunResult
+    from producer_lib.sources import SourceAdapter
+
+__all__ = ["RunRequest", "azure_http", "parse_run_request", "response_for", "status_for"]
+
+_PARAMS = ("load", "dataflow", "partition")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run."""
+
+    load: str
+    dataflow: str = "default"
+    partition: str = "0"
+
+
+def parse_run_request(
+    flow: str, query: Mapping[str, str], body: Mapping[str, Any] | None = None
+) -> RunRequest:
+    """The run a request asks for, from its query string and optional JSON body.
+
+    Raises:
+        ConfigError: ``load`` missing or a parameter of the wrong shape (HTTP 400).
+    """
+    if body is not None and not isinstance(body, Mapping):
+        raise ConfigError("the JSON body must be an object", flow=flow)
+    merged = {k: v for k, v in query.items() if k in _PARAMS}
+    merged.update({k: v for k, v in (body or {}).items() if k in _PARAMS})
+    unknown = sorted(set(body or {}) - set(_PARAMS))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {unknown}; expected {list(_PARAMS)}", flow=flow)
+    if "load" not in merged:
+        raise ConfigError("parameter 'load' is required: initial or delta", flow=flow)
+    values = {k: str(v) for k, v in merged.items() if v is not None and not isinstance(v, dict)}
+    if len(values) != len(merged):
+        raise ConfigError("parameters must be strings or numbers", flow=flow)
+    return RunRequest(**values)
+
+
+def status_for(error: BaseException) -> int:
+    """The HTTP status code of a failed run (see the module docstring)."""
+    chain = list(_causes(error))
+    if any(isinstance(e, TransactionFailed) and e.fenced for e in chain):
+        return 409
+    if isinstance(error, ConfigError):
+        return 400
+    if any(isinstance(e, Transient) for e in chain):
+        return 503
+    return 500
+
+
+def _causes(error: BaseException) -> Any:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def response_for(
+    runner: FunctionRunner, outcome: RunResult | BaseException
+) -> tuple[int, dict[str, Any]]:
+    """Status code and JSON body for a result or an error."""
+    from producer_lib.runner.runner import RunFailed
+
+    if isinstance(outcome, RunFailed):
+        return status_for(outcome), outcome.result.to_json()
+    if isinstance(outcome, BaseException):
+        body = {"function_name": runner.function_name, "status": "REJECTED",
+                "error": str(outcome)}  # fmt: skip
+        return status_for(outcome), body
+    return 200, outcome.to_json()
+
+
+async def execute(
+    runner: FunctionRunner, request: RunRequest, producer: KafkaProducer | None = None,
+    reader: SourceAdapter | None = None,
+) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    """Run ``request`` and return its status code and body (never raises a run error)."""
+    try:
+        result = await runner.run(request.load, producer, reader, dataflow=request.dataflow,
+                                  partition=request.partition)  # fmt: skip
+    except ProducerLibError as exc:
+        return response_for(runner, exc)
+    return response_for(runner, result)
+
+
+async def azure_http(
+    runner: FunctionRunner, req: func.HttpRequest, producer: KafkaProducer | None,
+    reader: SourceAdapter | None,
+) -> func.HttpResponse:  # fmt: skip
+    """Serve an Azure Functions HTTP request with ``runner`` (see the module docstring)."""
+    import azure.functions as func
+
+    try:
+        body = req.get_json() if req.get_body() else None
+    except ValueError:
+        status, payload = 400, {"function_name": runner.function_name, "status": "REJECTED",
+                                "error": "the body is not valid JSON"}  # fmt: skip
+    else:
+        try:
+            request = parse_run_request(runner.function_name, req.params, body)
+        except ConfigError as exc:
+            status, payload = response_for(runner, exc)
+        else:
+            status, payload = await execute(runner, request, producer, reader)
+    return func.HttpResponse(json.dumps(payload), status_code=status,
+                             mimetype="application/json")  # fmt: skip
