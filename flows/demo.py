@@ -1,25 +1,40 @@
-"""``make demo``: the pipeline end to end on this machine, with a readable printout.
+"""``make demo``: the platform end to end on this machine, with a readable printout.
 
-Starts the devstack broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` points elsewhere), produces a
-committed and an aborted Kafka transaction, streams the topic into a Delta table with Spark
-(``read_committed``, ``availableNow``), reads the table back with Spark and with delta-rs, and
-exits non-zero unless both readers see exactly the committed rows. Stops what it started.
+1. Start the devstack Kafka broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` points elsewhere).
+2. Generate a TPC-H source system (DuckDB, scale factor ``DEMO_TPCH_SCALE``, default 0.01).
+3. ``tpch`` flow, initial load (8 tables), change the source, ``tpch`` flow, delta load.
+4. ``lakehouse-writer run --once`` applies everything to Delta tables.
+5. Row counts per table and TPC-H Q1 and Q3 on the Delta tables next to the source: equal.
+6. ``lakehouse`` flow (revenue per segment from the Delta tables), writer again, compared
+   with the same SQL on the source.
+
+Exits non-zero if anything disagrees. Stops the broker if it started it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-ROWS = 1_000
-PARTITIONS = 3
+import duckdb
+
+SCALE = float(os.environ.get("DEMO_TPCH_SCALE", "0.01"))
+TPCH_TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders",
+               "lineitem")  # fmt: skip
+QUERIES = (1, 3)  # TPC-H Q1 (lineitem) and Q3 (customer, orders, lineitem)
+REVENUE = ("SELECT c.c_mktsegment AS segment, count(*) AS order_count, "
+           "sum(o.o_totalprice) AS revenue FROM orders o JOIN customer c "
+           "ON o.o_custkey = c.c_custkey GROUP BY 1 ORDER BY 1")  # fmt: skip
 
 
 def main() -> int:
@@ -28,30 +43,55 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="flow-demo-"))
     try:
         with _broker() as bootstrap:
-            topic = _step("create topic", lambda: _create_topic(bootstrap))
-            _step(f"produce {ROWS} rows (committed) + 10 rows (aborted)",
-                  lambda: _produce(bootstrap, topic))  # fmt: skip
-            spark_rows, delta_rs_rows = _step(
-                "stream topic -> Delta with Spark", lambda: _to_delta(bootstrap, topic, work)
-            )
+            ok = _pipeline(bootstrap, work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
-    expected = {(f"key-{i}", f"row {i}") for i in range(ROWS)}
-    ok = spark_rows == delta_rs_rows == expected
-    print(f"\n  rows produced (committed)     {len(expected):>7}")
-    print(f"  rows in Delta, read by Spark  {len(spark_rows):>7}")
-    print(f"  rows in Delta, read by delta-rs {len(delta_rs_rows):>5}")
-    print(f"  aborted rows in Delta         {sum(v == 'aborted' for _, v in spark_rows):>7}")
-    print(f"\n{'OK' if ok else 'MISMATCH'}: demo finished in {time.monotonic() - started:.1f}s")
+        if os.environ.get("DEMO_KEEP"):
+            print(f"-> kept the work directory {work} (DEMO_KEEP)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{'OK' if ok else 'MISMATCH'}: demo finished in {time.monotonic() - started:.0f} s")
     return 0 if ok else 1
 
 
-def _step(title: str, action):  # type: ignore[no-untyped-def]
+def _pipeline(bootstrap: str, work: Path) -> bool:
+    from flows.lakehouse import LakehouseFlow
+    from flows.tpch import TpchFlow
+    from flows.tpch_source import apply_changes, create_source
+
+    run_id = uuid.uuid4().hex[:8]
+    source, lake = work / "source.duckdb", work / "lake"
+    os.environ.update({
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "KAFKA_TOPIC_PARTITIONS": "3",
+        "TPCH_SOURCE_PATH": str(source), "TPCH_TOPIC_PREFIX": f"demo_{run_id}.tpch.",
+        "LAKEHOUSE_PATH": str(lake), "LAKEHOUSE_FLOW_TOPIC": f"demo_{run_id}.revenue",
+    })  # fmt: skip
+    _step(f"generate the TPC-H source system (scale factor {SCALE})",
+          lambda: create_source(source, SCALE))  # fmt: skip
+    _show_run(_step("tpch flow: initial load", lambda: asyncio.run(TpchFlow().run("initial"))))
+    changes = _step("change the source: update, add and delete orders",
+                    lambda: apply_changes(source, updated=200, added=100, deleted=50))
+    print(f"   {changes}")
+    _show_run(_step("tpch flow: delta load", lambda: asyncio.run(TpchFlow().run("delta"))))
+    _writer(work, bootstrap, run_id)
+    ok = _compare_tables(source, lake)
+    ok = _compare_queries(source, lake) and ok
+    _show_run(_step("lakehouse flow: revenue per segment from the Delta tables",
+                    lambda: asyncio.run(LakehouseFlow().run("initial"))))  # fmt: skip
+    _writer(work, bootstrap, run_id)
+    return _compare_revenue(source, lake) and ok
+
+
+def _step(title: str, action: Callable[[], Any]) -> Any:
     print(f"-> {title} ...", flush=True)
     t0 = time.monotonic()
     result = action()
-    print(f"   done in {time.monotonic() - t0:.1f}s", flush=True)
+    print(f"   done in {time.monotonic() - t0:.1f} s", flush=True)
     return result
+
+
+def _show_run(result: Any) -> None:
+    rows = ", ".join(f"{table}={n}" for table, n in sorted(result.rows.items()))
+    print(f"   {result.status}: {rows or 'no rows'}; delta pointer {result.delta_pointer}")
 
 
 @contextmanager
@@ -64,67 +104,97 @@ def _broker() -> Iterator[str]:
     from devstack import broker
 
     started_here = broker.status() is None
-    layout = _step("start local Kafka broker (devstack)", broker.up)
+    layout = _step("start the local Kafka broker (devstack)", broker.up)
     try:
         yield layout.bootstrap
     finally:
         if started_here:
-            _step("stop local Kafka broker", lambda: broker.down(layout))
+            _step("stop the local Kafka broker", lambda: broker.down(layout))
 
 
-def _create_topic(bootstrap: str) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"demo_{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
-    return name
-
-
-def _produce(bootstrap: str, topic: str) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-{topic}"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for i in range(ROWS):
-        producer.produce(topic, key=f"key-{i}", value=f"row {i}")
-    producer.commit_transaction(60)
-    producer.begin_transaction()
-    for i in range(10):
-        producer.produce(topic, key=f"ghost-{i}", value="aborted")
-    producer.flush(30)
-    producer.abort_transaction(30)
+def _writer(work: Path, bootstrap: str, run_id: str) -> None:
+    command = [sys.executable, "-m", "lakehouse_writer", "run", "--once",
+               "--lakehouse", str(work / "lake"), "--checkpoint", str(work / "checkpoint"),
+               "--topics", f"demo_{run_id}\\..*", "--bootstrap-servers", bootstrap]  # fmt: skip
+    log = work / "writer.log"
+    with log.open("a") as out:
+        code = _step("lakehouse-writer run --once (Spark, local[2])",
+                     lambda: subprocess.call(command, stdout=out, stderr=subprocess.STDOUT))
+    if code != 0:
+        print(log.read_text()[-4000:])
+        raise SystemExit(f"the lakehouse writer failed (exit code {code}); log above")
 
 
-def _to_delta(bootstrap: str, topic: str, work: Path) -> tuple[set, set]:  # type: ignore[type-arg]
-    from deltalake import DeltaTable
+@contextmanager
+def _lakehouse(lake: Path, namespace: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB whose views are the lakehouse tables of ``namespace``.
 
-    from lakehouse_writer.session import build_spark_session
+    DuckDB's delta extension reads them (delta-kernel: column mapping, deletion vectors and
+    type widening, which the writer's tables use and delta-rs 1.6 cannot read yet).
+    """
+    from producer_lib.staging import load_packaged_extension
 
-    spark = build_spark_session(app_name="demo")
-    spark.sparkContext.setLogLevel("ERROR")
-    table = str(work / "lakehouse" / "demo")
+    con = duckdb.connect()
+    load_packaged_extension(con, "delta")
     try:
-        query = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
-            .option("kafka.isolation.level", "read_committed")
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
-            .writeStream.format("delta")
-            .option("checkpointLocation", str(work / "checkpoint"))
-            .trigger(availableNow=True)
-            .start(table)
-        )
-        query.awaitTermination()
-        by_spark = {(r.key, r.value) for r in spark.read.format("delta").load(table).collect()}
+        for path in sorted((lake / namespace).iterdir()):
+            location = str(path).replace("'", "''")
+            con.execute(f"CREATE VIEW \"{path.name}\" AS SELECT * FROM delta_scan('{location}')")
+        yield con
     finally:
-        spark.stop()
-    columns = DeltaTable(table).to_pyarrow_table().to_pydict()
-    return by_spark, set(zip(columns["key"], columns["value"], strict=True))
+        con.close()
+
+
+def _compare_tables(source: Path, lake: Path) -> bool:
+    print("\n   table        source rows   Delta rows")
+    ok = True
+    with duckdb.connect(str(source), read_only=True) as src, _lakehouse(lake, "tpch") as delta:
+        for table in TPCH_TABLES:
+            a = src.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            b = delta.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            ok = ok and a == b
+            print(f"   {table:<12} {a:>11,} {b:>12,}   {'equal' if a == b else 'DIFFERENT'}")
+    return ok
+
+
+def _compare_queries(source: Path, lake: Path) -> bool:
+    ok = True
+    with duckdb.connect(str(source), read_only=True) as src, _lakehouse(lake, "tpch") as delta:
+        for number in QUERIES:
+            sql = _tpch_query(number)
+            a, b = src.execute(sql).fetchall(), delta.execute(sql).fetchall()
+            ok = ok and a == b
+            print(f"\n   TPC-H Q{number}: {len(a)} rows on the source, {len(b)} on Delta: "
+                  f"{'equal' if a == b else 'DIFFERENT'}")  # fmt: skip
+            for row_a, row_b in list(zip(a, b, strict=False))[:3]:
+                print(f"     source {_fmt(row_a)}\n     delta  {_fmt(row_b)}")
+    return ok
+
+
+def _tpch_query(number: int) -> str:
+    from producer_lib.staging import load_packaged_extension
+
+    con = duckdb.connect()
+    load_packaged_extension(con, "tpch")
+    sql = "SELECT query FROM tpch_queries() WHERE query_nr = ?"
+    return con.execute(sql, [number]).fetchone()[0]
+
+
+def _compare_revenue(source: Path, lake: Path) -> bool:
+    with duckdb.connect(str(source), read_only=True) as src:
+        expected = src.execute(REVENUE).fetchall()
+    with _lakehouse(lake, "lakehouse") as delta:
+        got = delta.execute("SELECT segment, order_count, revenue FROM revenue_by_segment "
+                            "ORDER BY 1").fetchall()  # fmt: skip
+    print("\n   revenue_by_segment (Delta)            same SQL on the source")
+    for row_a, row_b in zip(got, expected, strict=False):
+        print(f"   {_fmt(row_a):<38} {_fmt(row_b)}")
+    print(f"   {'equal' if got == expected else 'DIFFERENT'}")
+    return got == expected
+
+
+def _fmt(row: tuple) -> str:
+    return " | ".join(str(v) for v in row)
 
 
 if __name__ == "__main__":
