@@ -24,6 +24,7 @@ pointer, execution log, lineage, HTTP triggers).
 """
 
 from producer_lib.errors import (
+    ConfigError,
     EncodeError,
     ProduceError,
     ProducerLibError,
@@ -101,6 +102,7 @@ __all__ = [
     "AvroURI",
     "AvroUUID",
     "AvroVarchar",
+    "ConfigError",
     "DuckDBReader",
     "EncodeError",
     "FunctionRunner",

@@ -18,10 +18,12 @@ producer). Partitions are computed here with Kafka's Java murmur2 over the frame
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Any, Self
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from producer_lib.errors import ProduceError
 from producer_lib.kafka._ledger import CommitHook, PendingCommit
@@ -205,14 +207,20 @@ class KafkaProducer(TransactionalProducer):
         if batch_size < 1:
             raise ProduceError("batch_size must be positive", topic=target.topic,
                                batch_size=batch_size)  # fmt: skip
-        ledger = self._begin()
         progress = Progress(f"topic={target.topic} table={target.table}", self._log)
-        with self._aborting_on_error():
+        with self._aborting_on_error():  # bad SQL or columns abort what is already open
             con = self._duckdb if self._duckdb is not None else duckdb.default_connection()
             reader = relation(con, table_or_query).to_arrow_reader(batch_size)
             check_columns(reader.schema, target)
+            first = next((b for b in reader if b.num_rows), None)
+        if first is None:  # no rows: no transaction is begun for them
+            progress.finish()
+            return 0
+        ledger = self._begin()
+        with self._aborting_on_error():
+            batches = pa.RecordBatchReader.from_batches(reader.schema, chain([first], reader))
             constants = self._constants(target, row_type, ledger.transaction_time)
-            for encoded in encoded_ahead(reader, target, constants, partition):
+            for encoded in encoded_ahead(batches, target, constants, partition):
                 self._send(target, encoded)
                 progress.add(len(encoded))
         progress.finish()

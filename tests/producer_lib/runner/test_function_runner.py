@@ -135,3 +135,20 @@ def test_get_delta_pointer_outside_a_run_is_an_error(flow_env):
 
     with pytest.raises(ProducerLibError, match="no run in progress"):
         NumbersFlow().get_delta_pointer()
+
+
+def test_producing_no_rows_opens_no_transaction(flow_env):
+    import duckdb
+
+    from producer_lib import KafkaProducer, KafkaSettings, KeySchema, RowType, ValueSchema
+    from producer_lib.schema import AvroLong
+
+    schema = ValueSchema("EMPTY", "TEST")
+    schema.add_field("ID", AvroLong(), nullable=False)
+    schema.add_primary_key("ID")
+    duckdb.execute("CREATE OR REPLACE TABLE empty_source (ID BIGINT NOT NULL)")
+    with KafkaProducer("TEST", flow_env["function"], "bronze", "dev", KafkaSettings()) as producer:
+        target = producer.add_target(flow_env["topic"], "EMPTY", KeySchema(schema), schema)
+        assert producer.produce_from_duckdb("empty_source", target, 100, RowType.UPSERT) == 0
+        assert not producer.has_open_transaction
+        assert producer.commit() is None  # nothing to commit: no empty transaction
