@@ -13,7 +13,10 @@ Quickstart::
 The data path: :mod:`~lakehouse_writer.read` (Kafka → decoded rows) →
 :mod:`~lakehouse_writer.apply` (row types → Delta, :func:`apply_batch`) →
 :mod:`~lakehouse_writer.tables` (create/evolve Delta tables); :mod:`~lakehouse_writer.job`
-runs the query, :mod:`~lakehouse_writer.system_tables` keeps ``_rejected`` and ``_commits``.
+runs the query; :mod:`~lakehouse_writer.system_tables` keeps ``_rejected``, ``_execution_log``
+and ``_lineage``, :mod:`~lakehouse_writer.commits` the ``_commits`` rows (held back until every
+row of a commit is applied), :mod:`~lakehouse_writer.state` the writer's progress
+(``_writer_state``: what a restart must not forget).
 """
 
 from lakehouse_writer.apply import ApplyResult, apply_batch

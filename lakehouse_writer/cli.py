@@ -1,4 +1,8 @@
-"""Command line: ``lakehouse-writer run --lakehouse PATH --checkpoint PATH [--once] ...``."""
+"""Command line: ``lakehouse-writer run --lakehouse PATH --checkpoint PATH [--once] ...``.
+
+SIGTERM or SIGINT stop the writer after the batch it is applying (exit code 0, status file
+state ``stopped``); a failed query exits with 1 (state ``failed``).
+"""
 
 from __future__ import annotations
 

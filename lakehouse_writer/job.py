@@ -1,35 +1,33 @@
 """The streaming query: Kafka (read_committed) → foreachBatch → Delta tables.
 
-:class:`BatchProcessor` is what ``foreachBatch`` calls: it splits off the system topics,
-decodes the data rows (:mod:`lakehouse_writer.read`), applies them table by table
-(:mod:`lakehouse_writer.apply`), appends ``_rejected`` and the system tables, and writes a
-status file. Every write is idempotent per batch id, so a replay after a crash is harmless.
+:class:`BatchProcessor` is what ``foreachBatch`` calls. Per micro-batch it finds the highest
+offset of every topic partition (one pass over the batch), decodes the data rows
+(:mod:`lakehouse_writer.read`) and applies them table by table (:mod:`lakehouse_writer.apply`),
+appends ``_rejected``, ``_truncates``, ``_execution_log`` and ``_lineage``, writes the
+``_commits`` rows of the commits now complete (:mod:`lakehouse_writer.commits`), and last the
+batch's state (:mod:`lakehouse_writer.state`). Every write is idempotent per batch id, so a
+replay after a crash is harmless; a batch the state already holds is skipped outright.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import reduce
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
+from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.read import decode_batch
-from lakehouse_writer.system_tables import (
-    REJECTED,
-    append_system,
-    commit_rows,
-    json_rows,
-    rejected_rows,
-)
+from lakehouse_writer.read import HEADER, decode_batch, header_column
+from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
+from lakehouse_writer.status import BatchStats, lag_of, write_status
+from lakehouse_writer.system_tables import REJECTED, append_system, log_rows, rejected_rows
 from lakehouse_writer.tables import TableManager
 from lakehouse_writer.truncate import TRUNCATE_LOG_SCHEMA, TruncateLog
 
@@ -39,30 +37,25 @@ if TYPE_CHECKING:
 
     from lakehouse_writer.settings import LakehouseSettings
 
+__all__ = ["BatchProcessor", "lag_of", "run", "start"]
+
 log = logging.getLogger(__name__)
 
-STATUS_FILE = "writer_status.json"
+COMMITS = "_commits"
 TRUNCATES = "_truncates"
-_EXECUTION_LOG_FIELDS = ("run_id", "function_name", "dataflow", "status", "load", "commit_id")
-_LINEAGE_FIELDS = ("target", "commit_id")
 _SOURCE_DEFAULTS = {
     "startingOffsets": "earliest",
     "kafka.isolation.level": "read_committed",  # never apply rows of open/aborted transactions
     "failOnDataLoss": "true",  # a lost offset range must stop the writer, not skip rows
     "includeHeaders": "false",
 }
+_STOP_WAIT_S = 60.0  # bound on waiting for Spark to record the last batch on a stop
+_BAD_RECORD_SCHEMA = "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, " \
+    "error STRING"  # fmt: skip
 
 
-@dataclass
-class BatchStats:
-    """What the last batch did (for the log line and the status file)."""
-
-    batch_id: int = -1
-    rows: dict[str, int] = field(default_factory=dict)
-    rejected: int = 0
-    lag: dict[str, int] = field(default_factory=dict)
-    lag_batch_id: int = -1
-    finished_at: str = ""
+class WriterStopping(LakehouseWriterError):
+    """A batch arrived after a stop was requested; it is left for the next start."""
 
 
 class BatchProcessor:
@@ -82,31 +75,66 @@ class BatchProcessor:
         self._tables = TableManager(spark, self._lake)
         self._catalog = SchemaCatalog(settings.kafka_client_conf(), settings.schemas_topic,
                                       settings.schema_registry_url)  # fmt: skip
-        self._stopped: set[str] = set()
+        self._store = StateStore(spark, f"{self._lake}/{STATE}", instance_id)
+        self._state: WriterState | None = None
+        self._ours = topic_filter(settings.topics_regex)
         self._persisted: list[DataFrame] = []
         self._truncates = TruncateLog(spark, f"{self._lake}/{TRUNCATES}")
         self._new_truncates: list[tuple[str, int, str]] = []
+        self._gate = threading.Lock()
+        self._closed = False
+        self.refused = False
         self.last = BatchStats()
 
     @property
-    def _system_topics(self) -> dict[str, str]:
+    def state(self) -> WriterState:
+        """The writer's state after its last completed batch (loaded on first use)."""
+        if self._state is None:
+            self._state = self._store.load()
+        return self._state
+
+    @property
+    def _system_topics(self) -> set[str]:
         s = self._settings
-        return {s.commits_topic: "_commits", s.execution_log_topic: "_execution_log",
-                s.lineage_topic: "_lineage"}  # fmt: skip
+        return {s.commits_topic, s.execution_log_topic, s.lineage_topic, s.schemas_topic}
+
+    def close(self) -> None:
+        """Refuse batches from now on; returns once the running batch, if any, is done."""
+        with self._gate:
+            self._closed = True
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """Apply one micro-batch."""
-        from pyspark.sql import functions as F
+        """Apply one micro-batch (skipped when the state shows it applied already).
 
+        Raises:
+            WriterStopping: :meth:`close` was called; nothing of the batch was written.
+        """
+        with self._gate:
+            if self._closed:
+                self.refused = True
+                raise WriterStopping("the writer is stopping; the batch is left for the next "
+                                     "start", batch=batch_id)  # fmt: skip
+            if batch_id <= self.state.last_batch:
+                log.info("batch skipped batch=%d reason=already applied (in %s)", batch_id, STATE)
+                return
+            self._process(df.persist(), batch_id)
+
+    def _process(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        df = df.persist()
         try:
-            system = list(self._system_topics) + [self._settings.schemas_topic]
-            data = df.filter(~F.col("topic").isin(*system))
-            results, rejected = self._apply_data(data, batch_id)
-            self._write_rejected(rejected, batch_id)
+            offsets, headers = summarize(df)
+            changes = BatchChanges(offsets=offsets)
+            topics = {topic for topic, _ in offsets}
+            commits, bad = self._read_commits(df, topics)
+            results, rejected = self._apply_data(df, batch_id, headers, changes)
+            self._write_rejected([*rejected, *bad], batch_id)
             self._write_truncates(batch_id)
-            self._write_system(df, batch_id, results)
+            self._write_logs(df, batch_id, topics)
+            self._write_commits(batch_id, commits, changes)
+            self._store.append(changes, batch_id)
+            self.state.apply(changes, batch_id)
+            if (batch_id + 1) % COMPACT_EVERY == 0:
+                self._store.compact(self.state)
             self._finish(batch_id, results, started)
         finally:
             for frame in self._persisted:
@@ -114,14 +142,47 @@ class BatchProcessor:
             self._persisted.clear()
             df.unpersist()
 
+    def _read_commits(
+        self, df: DataFrame, topics: set[str]
+    ) -> tuple[list[CommitRecord], list[DataFrame]]:
+        """The batch's commit records (few: one per producer transaction), and bad ones."""
+        from pyspark.sql import functions as F
+
+        topic = self._settings.commits_topic
+        if topic not in topics:
+            return [], []
+        messages = df.filter(F.col("topic") == topic).select("partition", "offset", "key",
+                                                               "value").collect()  # fmt: skip
+        records, bad = [], []
+        for m in messages:
+            try:
+                text = bytes(m.value or b"").decode("utf-8")
+                records.append(CommitRecord.parse(text, topic, m.partition, m.offset))
+            except (BadCommitRecord, UnicodeDecodeError) as exc:
+                bad.append((topic, m.partition, m.offset, m.key, m.value, str(exc)))
+        if not bad:
+            return records, []
+        frame = self._spark.createDataFrame(bad, _BAD_RECORD_SCHEMA)
+        return records, [rejected_rows(frame, F.col("error"), COMMITS)]
+
     def _apply_data(
-        self, data: DataFrame, batch_id: int
+        self, df: DataFrame, batch_id: int, headers: dict[str, set[str]], changes: BatchChanges
     ) -> tuple[list[ApplyResult], list[DataFrame]]:
-        decoded = decode_batch(data, self._catalog, self._tables, self._stopped)
+        from pyspark.sql import functions as F
+
+        data_topics = sorted(headers.keys() - self._system_topics)
+        if not data_topics:
+            return [], []
+        stopped = dict(self.state.stopped)
+        data = df.filter(F.col("topic").isin(*data_topics))
+        tags = set().union(*(headers[t] for t in data_topics))
+        decoded = decode_batch(data, self._catalog, self._tables, stopped, tags)
+        changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
         results: list[ApplyResult] = []
         rejected = list(decoded.rejected)
         for ref, (info, rows) in decoded.tables.items():
             rows = rows.persist()  # decoded once, read by every step of the apply
+            self._persisted.append(rows)
             try:
                 applied = self._truncates.of(ref.qualified)
                 result = apply_batch(rows, batch_id, info, self._instance, applied)
@@ -129,9 +190,8 @@ class BatchProcessor:
                 log.error("apply failed table=%s batch=%d error=%s", ref.qualified, batch_id, exc)
                 rejected.append(rejected_rows(rows, str(exc), ref.qualified))
                 continue
-            finally:
-                self._persisted.append(rows)
             results.append(result)
+            changes.versions[result.table] = result.version
             self._new_truncates += self._truncates.record(result.table, result.truncates)
             if result.rejected is not None:
                 rejected.append(result.rejected)
@@ -156,60 +216,93 @@ class BatchProcessor:
             append_system(frame, f"{self._lake}/{TRUNCATES}", self._instance, batch_id)
             self._new_truncates = []
 
-    def _write_system(self, df: DataFrame, batch_id: int, results: list[ApplyResult]) -> None:
+    def _write_logs(self, df: DataFrame, batch_id: int, topics: set[str]) -> None:
         from pyspark.sql import functions as F
 
-        versions = {r.table: r.version for r in results}
-        for topic, table in self._system_topics.items():
-            rows = df.filter(F.col("topic") == topic)
-            if rows.isEmpty():
-                continue
-            if table == "_commits":
-                frame = commit_rows(rows, versions)
-            else:
-                fields = _EXECUTION_LOG_FIELDS if table == "_execution_log" else _LINEAGE_FIELDS
-                frame = json_rows(rows, fields)
-            append_system(frame, f"{self._lake}/{table}", self._instance, batch_id)
+        s = self._settings
+        for topic, table in ((s.execution_log_topic, "_execution_log"),
+                             (s.lineage_topic, "_lineage")):  # fmt: skip
+            if topic in topics:
+                frame = log_rows(df.filter(F.col("topic") == topic), table)
+                append_system(frame, f"{self._lake}/{table}", self._instance, batch_id)
+
+    def _write_commits(
+        self, batch_id: int, commits: list[CommitRecord], changes: BatchChanges
+    ) -> None:
+        """Write the ``_commits`` rows of every commit now complete; keep the others pending."""
+        state, ours = self.state, self._ours
+        fresh = {c.commit_id: c for c in commits if c.concerns(ours)}
+        if len(fresh) < len(commits):
+            log.info("commits of topics not read here ignored batch=%d commits=%d", batch_id,
+                     len(commits) - len(fresh))  # fmt: skip
+        offsets = state.merged_offsets(changes.offsets)
+        waiting = {**state.pending, **fresh}
+        complete = [c for c in waiting.values() if c.is_complete(offsets, ours)]
+        done = {c.commit_id for c in complete}
+        changes.pending = [c for c in fresh.values() if c.commit_id not in done]
+        changes.done = [c for c in state.pending if c in done]
+        if complete:
+            versions = {**state.versions, **changes.versions}
+            ordered = sorted(complete, key=lambda c: (c.topic, c.partition, c.offset))
+            stopped = {**state.stopped, **changes.stopped}
+            frame = commit_frame(self._spark, ordered, versions, ours, stopped)
+            append_system(frame, f"{self._lake}/{COMMITS}", self._instance, batch_id)
+        if waiting:
+            log.info("commits batch=%d written=%d pending=%d", batch_id, len(complete),
+                     len(waiting) - len(complete))  # fmt: skip
 
     def _finish(self, batch_id: int, results: list[ApplyResult], started: float) -> None:
         self.last.batch_id = batch_id
         self.last.rows = {r.table: sum(r.rows.values()) for r in results}
         self.last.finished_at = datetime.now(UTC).isoformat()
+        self.last.pending_commits = len(self.state.pending)
+        self.last.stopped_tables = dict(self.state.stopped)
         log.info("batch done batch=%d rows=%s rejected=%d seconds=%.1f", batch_id,
                  self.last.rows, self.last.rejected, time.monotonic() - started)  # fmt: skip
         write_status(self._settings.checkpoint_path, self.last)
 
 
-def lag_of(progress: dict[str, Any] | None) -> dict[str, int]:
-    """Offsets behind the latest offset, per topic, from a query progress report."""
-    lag: dict[str, int] = {}
-    for source in (progress or {}).get("sources", []):
-        end, latest = (_offsets(source.get(k)) for k in ("endOffset", "latestOffset"))
-        for (topic, partition), last in latest.items():
-            behind = max(0, last - end.get((topic, partition), 0))
-            lag[topic] = lag.get(topic, 0) + behind
-    return lag
+def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[str]]]:
+    """One pass over a batch of Kafka rows: offsets and header tags.
+
+    Returns:
+        The highest offset of each (topic, partition), and the header tags
+        (:func:`~lakehouse_writer.read.header_column`) seen per topic.
+    """
+    from pyspark.sql import functions as F
+
+    tagged = df.withColumn(HEADER, header_column())
+    rows = tagged.groupBy("topic", "partition", HEADER).agg(F.max("offset").alias("o")).collect()
+    offsets: dict[tuple[str, int], int] = {}
+    headers: dict[str, set[str]] = {}
+    for r in rows:
+        key = (r.topic, int(r.partition))
+        offsets[key] = max(int(r.o), offsets.get(key, -1))
+        tags = headers.setdefault(r.topic, set())
+        if r[HEADER] is not None:
+            tags.add(r[HEADER])
+    return offsets, headers
 
 
-def _offsets(raw: Any) -> dict[tuple[str, str], int]:
-    data = json.loads(raw) if isinstance(raw, str) else (raw or {})
-    return {(t, p): int(o) for t, parts in data.items() for p, o in parts.items()}
-
-
-def write_status(checkpoint: str, stats: BatchStats) -> None:
-    """Write the status JSON file into the checkpoint directory (atomically)."""
-    directory = Path(checkpoint.removeprefix("file:"))
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{STATUS_FILE}.tmp"
-    tmp.write_text(json.dumps({
-        "last_batch_id": stats.batch_id, "last_batch_time": stats.finished_at,
-        "rows_applied": stats.rows, "rows_rejected": stats.rejected, "lag": stats.lag,
-        "lag_batch_id": stats.lag_batch_id,
-    }, indent=2))  # fmt: skip
-    tmp.replace(directory / STATUS_FILE)
+def topic_filter(regex: str) -> TopicFilter:
+    """Whether a topic is one the writer subscribes to (``regex`` must match all of it)."""
+    try:
+        pattern = re.compile(regex)
+    except re.error:
+        log.warning("topics regex is not a Python regex; every commit counts as ours regex=%s",
+                    regex)  # fmt: skip
+        return lambda topic: True
+    return lambda topic: pattern.fullmatch(topic) is not None
 
 
 def _record_lag(query: StreamingQuery, processor: BatchProcessor, checkpoint: str) -> None:
+    try:
+        _update_lag(query, processor, checkpoint)
+    except Exception as exc:  # progress reporting must never stop the writer
+        log.warning("lag not recorded error=%s: %s", type(exc).__name__, exc)
+
+
+def _update_lag(query: StreamingQuery, processor: BatchProcessor, checkpoint: str) -> None:
     progress = query.lastProgress
     if not progress or progress.get("batchId", -1) == processor.last.lag_batch_id:
         return
@@ -218,6 +311,15 @@ def _record_lag(query: StreamingQuery, processor: BatchProcessor, checkpoint: st
     log.info("progress batch=%d lag=%s rows_per_s=%s", processor.last.lag_batch_id,
              processor.last.lag, progress.get("processedRowsPerSecond"))  # fmt: skip
     write_status(checkpoint, processor.last)
+
+
+def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> None:
+    """Let the running batch finish (and Spark record it in the checkpoint), then stop."""
+    processor.close()  # returns once the running batch's writes are done; refuses new ones
+    deadline = time.monotonic() + _STOP_WAIT_S
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the checkpoint's commit log entry is written after foreachBatch
+    query.stop()
 
 
 def start(
@@ -252,7 +354,8 @@ def run(
 ) -> None:  # fmt: skip
     """Run the writer until it drains (``once``), fails, or ``stop`` is set.
 
-    On ``stop`` the query is stopped between batches (when no trigger is active).
+    On ``stop`` the running batch, if any, finishes; then the query stops. The status file
+    ends with state ``drained``, ``stopped`` or ``failed``.
 
     Raises:
         pyspark.errors.StreamingQueryException: The query failed.
@@ -261,11 +364,15 @@ def run(
     stop = stop or threading.Event()
     while not query.awaitTermination(1):
         _record_lag(query, processor, settings.checkpoint_path)
-        if stop.is_set() and not query.status.get("isTriggerActive", False):
-            log.info("stop requested; stopping between batches")
-            query.stop()
+        if stop.is_set():
+            log.info("stop requested; stopping after the current batch")
+            _stop_between_batches(query, processor)
             break
     _record_lag(query, processor, settings.checkpoint_path)
     exc = query.exception()
-    if exc is not None:
-        raise exc
+    failed = exc is not None and not (stop.is_set() and processor.refused)
+    processor.last.state = "failed" if failed else "stopped" if stop.is_set() else "drained"
+    write_status(settings.checkpoint_path, processor.last)
+    log.info("writer %s last_batch=%d", processor.last.state, processor.last.batch_id)
+    if failed:
+        raise exc  # type: ignore[misc]

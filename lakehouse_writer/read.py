@@ -71,20 +71,25 @@ def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry
 
 
 def decode_batch(
-    df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: set[str]
-) -> DecodedBatch:
+    df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: dict[str, str],
+    headers: set[str] | None = None,
+) -> DecodedBatch:  # fmt: skip
     """Decode the data-topic rows of one batch (``df``: the Kafka source's columns).
 
     Args:
         df: Raw Kafka rows of data topics (system topics already split off).
         catalog: Where writer schemas come from.
         tables: Creates/evolves the target tables.
-        stopped: Tables stopped by an earlier schema error; their rows are rejected.
+        stopped: Tables stopped by a schema error, with the error; their rows are rejected.
+            A table stopped by this batch is added.
+        headers: The distinct non-null header tags of ``df`` when already known (saves a
+            pass over the batch); None to find them here.
     """
     from pyspark.sql import functions as F
 
     tagged = df.withColumn(HEADER, header_column())
-    headers = {r[0] for r in tagged.select(HEADER).distinct().collect() if r[0] is not None}
+    if headers is None:
+        headers = {r[0] for r in tagged.select(HEADER).distinct().collect() if r[0] is not None}
     entries = resolve(headers, catalog)
     out = DecodedBatch()
     out.rejected.append(rejected_rows(tagged.filter(F.col(HEADER).isNull()), _NO_HEADER, None))
@@ -103,8 +108,8 @@ _UNKNOWN = "unknown writer schema (not on _schemas / the registry): "
 
 
 def _decode_one(
-    rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager, stopped: set[str],
-    out: DecodedBatch,
+    rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager,
+    stopped: dict[str, str], out: DecodedBatch,
 ) -> None:  # fmt: skip
     try:
         schema = ValueSchema.from_avro_json(entry.schema_json)
@@ -113,8 +118,8 @@ def _decode_one(
         return
     ref = TableRef.of(schema)
     if ref.qualified in stopped:
-        message = f"table stopped after an earlier schema error: {out.errors.get(ref.qualified)}"
-        out.rejected.append(rejected_rows(rows, message, ref.qualified))
+        out.rejected.append(rejected_rows(rows, _stopped_message(stopped[ref.qualified]),
+                                          ref.qualified))  # fmt: skip
         return
     try:
         info = tables.ensure(schema)
@@ -130,16 +135,30 @@ def _decode_one(
     out.tables[ref] = (info, decoded)
 
 
+def _stopped_message(error: str) -> str:
+    return (f"table stopped by an earlier schema error: {error}; fix the table, then resume "
+            "it (see lakehouse_writer.state)")  # fmt: skip
+
+
 def _stop(
-    rows: DataFrame, ref: TableRef, exc: LakehouseWriterError, stopped: set[str],
+    rows: DataFrame, ref: TableRef, exc: LakehouseWriterError, stopped: dict[str, str],
     out: DecodedBatch,
 ) -> None:  # fmt: skip
-    log.error("table stopped table=%s error=%s", ref.qualified, exc)
-    if isinstance(exc, SchemaEvolutionError):
-        stopped.add(ref.qualified)
+    """Reject ``rows``; a schema evolution error also stops the table.
+
+    A stopped table's rows decoded earlier in this batch are rejected too: none are applied.
+    """
     out.errors[ref.qualified] = str(exc)
     out.rejected.append(rejected_rows(rows, str(exc), ref.qualified))
-    out.tables.pop(ref, None)
+    if not isinstance(exc, SchemaEvolutionError):
+        log.error("rows rejected table=%s error=%s", ref.qualified, exc)
+        return
+    log.error("table stopped table=%s error=%s", ref.qualified, exc)
+    stopped[ref.qualified] = str(exc)
+    earlier = out.tables.pop(ref, None)
+    if earlier is not None:
+        message = _stopped_message(str(exc))
+        out.rejected.append(rejected_rows(earlier[1], message, ref.qualified))
 
 
 def decode_rows(

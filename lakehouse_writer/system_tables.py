@@ -2,9 +2,10 @@
 
 ``_rejected`` holds every row the writer could not decode or apply, with where it came from
 (topic, partition, offset), its raw key and value bytes, the table it was meant for (when
-known) and the error. ``_commits``, ``_execution_log`` and ``_lineage`` hold the JSON records
-of the system topics of the same names (see ``docs/WIRE.md``), parsed where the layout is fixed.
-All are append-only Delta tables at ``<lakehouse>/<name>``, written idempotently per batch.
+known) and the error. ``_execution_log`` and ``_lineage`` hold the records of the system topics
+of the same names, parsed (``docs/WIRE.md``); ``_commits`` rows are built by
+:mod:`lakehouse_writer.commits`. All are append-only Delta tables at ``<lakehouse>/<name>``,
+written idempotently per batch.
 """
 
 from __future__ import annotations
@@ -21,13 +22,6 @@ log = logging.getLogger(__name__)
 
 REJECTED = "_rejected"
 REJECTED_COLUMNS = ("topic", "partition", "offset", "key", "value", "table", "error")
-COMMIT_JSON_SCHEMA = (
-    "commit_id STRING, producer STRING, source_system STRING, function_name STRING, "
-    "transaction_time BIGINT, "
-    "tables ARRAY<STRUCT<topic: STRING, `table`: STRING, `rows`: BIGINT>>, "
-    "partitions ARRAY<STRUCT<topic: STRING, `partition`: INT, min_offset: BIGINT, "
-    "max_offset: BIGINT, `rows`: BIGINT>>"
-)
 
 
 def rejected_rows(df: DataFrame, error: Column | str, table: str | None) -> DataFrame:
@@ -71,30 +65,39 @@ def append_system(df: DataFrame, path: str, instance_id: str, batch_id: int) -> 
     )
 
 
-def commit_rows(df: DataFrame, table_versions: dict[str, int]) -> DataFrame:
-    """Parse ``_commits`` messages; add the Delta version of each table after this batch."""
+EXECUTION_LOG_JSON_SCHEMA = (
+    "run_id STRING, function_name STRING, dataflow STRING, `partition` STRING, status STRING, "
+    "`load` STRING, started_at STRING, finished_at STRING, `rows` MAP<STRING, BIGINT>, "
+    "delta_pointer VARIANT, commit_id STRING, error STRING"
+)
+LINEAGE_JSON_SCHEMA = (
+    "target STRING, sources ARRAY<STRING>, columns ARRAY<STRUCT<target: STRING, "
+    "sources: ARRAY<STRING>, kind: STRING, expression: STRING>>, `sql` STRING, dialect STRING, "
+    "commit_id STRING"
+)
+LOG_TABLES = {"_execution_log": EXECUTION_LOG_JSON_SCHEMA, "_lineage": LINEAGE_JSON_SCHEMA}
+_TIMESTAMPS = ("started_at", "finished_at")
+
+
+def log_rows(df: DataFrame, table: str) -> DataFrame:
+    """``_execution_log`` / ``_lineage`` messages, parsed (``docs/WIRE.md``).
+
+    Each row holds the record's fields (``started_at``/``finished_at`` as timestamps,
+    ``delta_pointer`` as JSON text), the message key, where it was read (``kafka_topic``,
+    ``kafka_partition``, ``kafka_offset``) and the JSON as received (``raw``).
+    """
     from pyspark.sql import functions as F
 
-    versions = F.create_map(*[F.lit(x) for kv in table_versions.items() for x in kv]) if (
-        table_versions
-    ) else F.lit(None).cast("map<string,bigint>")
-    parsed = F.from_json(F.col("value").cast("string"), COMMIT_JSON_SCHEMA)
-    raw = F.col("value").cast("string").alias("raw")
-    return df.select(parsed.alias("c"), "topic", "partition", "offset", raw).select(
-        "c.*",
-        F.timestamp_micros("c.transaction_time").alias("transaction_ts"),
-        versions.alias("table_versions"),
-        "topic", "partition", "offset", "raw",
-    )  # fmt: skip
-
-
-def json_rows(df: DataFrame, fields: tuple[str, ...]) -> DataFrame:
-    """``_execution_log`` / ``_lineage`` messages: key, JSON value and the named top fields."""
-    from pyspark.sql import functions as F
-
-    value = F.col("value").cast("string")
-    picked = [F.get_json_object(value, f"$.{name}").alias(name) for name in fields]
-    return df.select(
-        F.col("key").cast("string").alias("key"), *picked, value.alias("value"),
-        "topic", "partition", "offset",
-    )  # fmt: skip
+    raw = F.col("value").cast("string")
+    parsed = df.select(
+        F.from_json(raw, LOG_TABLES[table]).alias("r"), F.col("key").cast("string").alias("key"),
+        F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"), raw.alias("raw"),
+    ).select("r.*", "key", "kafka_topic", "kafka_partition", "kafka_offset", "raw")  # fmt: skip
+    for name in _TIMESTAMPS:
+        if name in parsed.columns:
+            parsed = parsed.withColumn(name, F.col(name).cast("timestamp"))
+    if "delta_pointer" in parsed.columns:
+        exact = F.to_json("delta_pointer")  # the pointer's JSON text, whatever its JSON type
+        parsed = parsed.withColumn("delta_pointer", exact)
+    return parsed

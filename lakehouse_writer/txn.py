@@ -51,7 +51,9 @@ def instance_id(checkpoint: str) -> str:
         return marker.read_text().strip()
     directory.mkdir(parents=True, exist_ok=True)
     value = uuid.uuid4().hex
-    marker.write_text(value)
+    tmp = directory / f".{_INSTANCE_FILE}.tmp"
+    tmp.write_text(value)
+    tmp.replace(marker)  # atomic: a crash leaves no empty marker behind
     return value
 
 

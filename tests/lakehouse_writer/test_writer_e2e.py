@@ -80,6 +80,7 @@ def test_writer_applies_committed_transactions_and_rejects_poison(
     assert [(c.commit_id, c.transaction_time) for c in committed] == [(commit_id, T0 + 1)]
     assert committed[0].table_versions["SHOP.ORDERS"] >= 1
     status = json.loads((ckpt / "writer_status.json").read_text())
+    assert status["state"] == "drained" and status["pending_commits"] == 0
     assert status["lag"] and all(v == 0 for v in status["lag"].values())
     assert max_offsets or status["rows_applied"] == {"SHOP.ORDERS": 8}
 

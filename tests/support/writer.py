@@ -141,3 +141,133 @@ def produce_transaction(
 
 
 __all__ = ["AvroInt", "T0"]
+
+
+# -- micro-batches of Kafka rows, for BatchProcessor -------------------------------------------
+
+KAFKA_ROW_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT"
+
+
+def kafka_rows(spark: Any, messages: Sequence[tuple[str, int, int, bytes | None, bytes | None]]):
+    """A DataFrame shaped like the Kafka source's: (topic, partition, offset, key, value)."""
+    data = [(key, value, topic, partition, offset)
+            for topic, partition, offset, key, value in messages]  # fmt: skip
+    return spark.createDataFrame(data, KAFKA_ROW_DDL)
+
+
+def row_messages(
+    topic: str, schema: ValueSchema, rows: Sequence[Mapping[str, Any]], partition: int = 0,
+    first_offset: int = 0,
+) -> list[tuple[str, int, int, bytes, bytes]]:  # fmt: skip
+    """Framed change rows as (topic, partition, offset, key, value), offsets counting up."""
+    out = []
+    for i, row in enumerate(rows):
+        key, value = encode_row(schema, row)
+        out.append((topic, partition, first_offset + i, key, value))
+    return out
+
+
+def commit_message(
+    topic: str, offset: int, time_us: int, ends: Sequence[tuple[str, int, int, int]],
+    tables: Sequence[tuple[str, str, int]], commit_id: str | None = None,
+) -> tuple[str, int, int, bytes, bytes]:  # fmt: skip
+    """A ``_commits`` record (docs/WIRE.md) as a Kafka row on partition 0 of ``topic``.
+
+    Args:
+        topic: The commits topic.
+        offset: Its offset there.
+        time_us: The transaction time.
+        ends: ``(topic, partition, min_offset, max_offset)`` of each data partition written.
+        tables: ``(topic, table, rows)`` of each table written.
+        commit_id: Default: a new UUID.
+    """
+    commit_id = commit_id or str(uuid.uuid4())
+    value = {
+        "commit_id": commit_id, "producer": "test.tx", "source_system": "TEST",
+        "function_name": "test_flow", "transaction_time": time_us,
+        "tables": [{"topic": t, "table": name, "rows": n} for t, name, n in tables],
+        "partitions": [{"topic": t, "partition": p, "min_offset": lo, "max_offset": hi,
+                        "rows": hi - lo + 1} for t, p, lo, hi in ends],
+    }  # fmt: skip
+    return (topic, 0, offset, commit_id.encode(), json.dumps(value).encode())
+
+
+def writer_env(lake: str, checkpoint: str, bootstrap: str, **more: str) -> dict[str, str]:
+    """``LakehouseSettings`` keyword arguments (its environment names) for a test writer."""
+    return {"LAKEHOUSE_PATH": lake, "LAKEHOUSE_CHECKPOINT_PATH": checkpoint,
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **more}  # fmt: skip
+
+
+# -- the writer as a separate process (`python -m lakehouse_writer run ...`) -------------------
+
+
+class WriterProcess:
+    """``lakehouse-writer run`` in its own process group, as an operator would run it.
+
+    Args:
+        args: Arguments after ``run``.
+        env: Extra environment variables.
+        log_path: Where its stdout and stderr go.
+        checkpoint: Its checkpoint directory (where the status file is).
+    """
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], log_path: Any,
+                 checkpoint: str) -> None:  # fmt: skip
+        import os
+        import subprocess
+        import sys
+
+        self.checkpoint = checkpoint
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lakehouse_writer", "run", *args],
+            env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: kill() takes the JVM child along
+        )  # fmt: skip
+
+    def status(self) -> dict[str, Any] | None:
+        """The writer's status file, or None before it is written."""
+        from lakehouse_writer.status import read_status
+
+        return read_status(self.checkpoint)
+
+    def wait_for_batch_after(self, batch_id: int, timeout_s: float) -> int:
+        """Wait until a batch later than ``batch_id`` is done; return its id.
+
+        Raises:
+            AssertionError: The process ended or the time ran out first (log tail included).
+        """
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.status() or {}
+            if status.get("last_batch_id", -1) > batch_id:
+                return int(status["last_batch_id"])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"no batch after {batch_id} (rc={self.proc.poll()}):\n{self.tail()}")
+
+    def kill9(self) -> None:
+        """SIGKILL the whole process group (Python driver and JVM), as a crash would."""
+        import os
+        import signal
+
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.wait(60)
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait for the process to end; return its exit code."""
+        try:
+            return self.proc.wait(timeout_s)
+        finally:
+            self._log.close()
+
+    def tail(self, lines: int = 40) -> str:
+        """The last lines of its log."""
+        from pathlib import Path
+
+        text = Path(self.log_path).read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])

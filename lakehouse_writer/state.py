@@ -1,0 +1,192 @@
+"""The writer's own progress, kept in the lakehouse: the Delta table ``_writer_state``.
+
+What a restart must not forget is appended once per micro-batch, as the batch's last write
+(idempotently, like every other write), one row per fact:
+
+- ``offset``: the highest offset processed of a topic partition;
+- ``table``: an applied table's Delta version after the batch;
+- ``pending``: a ``_commits`` record whose rows are not all applied yet (its JSON);
+- ``done``: a pending commit whose ``_commits`` row has now been written;
+- ``stopped``: a table stopped by an incompatible schema change, with the error. A stopped
+  table stays stopped across restarts; to resume it, fix the table and delete its ``stopped``
+  rows (``DELETE FROM delta.`<lakehouse>/_writer_state` WHERE kind = 'stopped' AND
+  `table` = '<namespace>.<name>'``) while the writer is down.
+
+Rows carry the writer instance id (one per checkpoint) and the batch id. As the state is
+written last, a batch id it already holds is a batch whose every write happened: a replay of
+it (the checkpoint had not recorded it before a crash) has nothing left to do. Every
+:data:`COMPACT_EVERY` batches the instance's rows are rewritten as the live facts only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer import txn
+from lakehouse_writer.commits import CommitRecord
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+STATE = "_writer_state"
+STATE_SCHEMA = (
+    "instance STRING, batch_id BIGINT, kind STRING, topic STRING, `partition` INT, "
+    "`offset` BIGINT, `table` STRING, version BIGINT, commit_id STRING, record STRING, "
+    "error STRING"
+)
+COMPACT_EVERY = 200  # batches; bounds the rows and files a restart reads
+_KIND_ORDER = {"offset": 0, "table": 1, "pending": 2, "done": 3, "stopped": 4}
+
+
+@dataclass
+class BatchChanges:
+    """What one batch adds to the writer's state.
+
+    Attributes:
+        offsets: Highest offset of the batch per (topic, partition).
+        versions: Delta version per applied table.
+        pending: Commit records still waiting for rows.
+        done: Ids of earlier pending commits written to ``_commits`` now.
+        stopped: Tables stopped in this batch, with their error.
+    """
+
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    pending: list[CommitRecord] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    stopped: dict[str, str] = field(default_factory=dict)
+
+    def rows(self, instance: str, batch_id: int) -> list[tuple[Any, ...]]:
+        """The ``_writer_state`` rows of these changes."""
+
+        def row(kind: str, **values: Any) -> tuple[Any, ...]:
+            names = ("topic", "partition", "offset", "table", "version", "commit_id", "record",
+                     "error")  # fmt: skip
+            return (instance, batch_id, kind, *(values.get(n) for n in names))
+
+        return [
+            *(row("offset", topic=t, partition=p, offset=o) for (t, p), o in self.offsets.items()),
+            *(row("table", table=t, version=v) for t, v in self.versions.items()),
+            *(row("pending", topic=c.topic, partition=c.partition, offset=c.offset,
+                  commit_id=c.commit_id, record=c.raw) for c in self.pending),  # fmt: skip
+            *(row("done", commit_id=c) for c in self.done),
+            *(row("stopped", table=t, error=e) for t, e in self.stopped.items()),
+        ]
+
+
+@dataclass
+class WriterState:
+    """What the writer knows after its last completed batch.
+
+    Attributes:
+        last_batch: The last batch whose writes all happened (-1: none yet).
+        offsets: Highest offset processed per (topic, partition).
+        versions: Delta version of each applied table after its last batch.
+        pending: Commit records waiting for rows, by commit id.
+        stopped: Stopped tables and why.
+    """
+
+    last_batch: int = -1
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, CommitRecord] = field(default_factory=dict)
+    stopped: dict[str, str] = field(default_factory=dict)
+
+    def merged_offsets(self, new: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """The offsets after a batch that processed up to ``new``."""
+        out = dict(self.offsets)
+        for key, offset in new.items():
+            out[key] = max(offset, out.get(key, -1))
+        return out
+
+    def apply(self, changes: BatchChanges, batch_id: int) -> None:
+        """Take in what batch ``batch_id`` did."""
+        self.offsets = self.merged_offsets(changes.offsets)
+        self.versions.update(changes.versions)
+        self.pending.update({c.commit_id: c for c in changes.pending})
+        for commit_id in changes.done:
+            self.pending.pop(commit_id, None)
+        self.stopped.update(changes.stopped)
+        self.last_batch = max(self.last_batch, batch_id)
+
+    def live(self) -> BatchChanges:
+        """The state as one set of changes (what compaction keeps)."""
+        return BatchChanges(dict(self.offsets), dict(self.versions), list(self.pending.values()),
+                            [], dict(self.stopped))  # fmt: skip
+
+
+class StateStore:
+    """Reads and appends ``_writer_state`` for one writer instance.
+
+    Args:
+        spark: The session.
+        path: Location of the ``_writer_state`` table.
+        instance: The writer instance id (from the checkpoint).
+    """
+
+    def __init__(self, spark: SparkSession, path: str, instance: str) -> None:
+        self._spark = spark
+        self._path = path
+        self._instance = instance
+
+    def load(self) -> WriterState:
+        """The state after the instance's last completed batch (empty on first start)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        state = WriterState()
+        if not DeltaTable.isDeltaTable(self._spark, self._path):
+            return state
+        frame = self._spark.read.format("delta").load(self._path)
+        rows = frame.filter(F.col("instance") == self._instance).collect()
+        for row in sorted(rows, key=lambda r: (r.batch_id, _KIND_ORDER.get(r.kind, 9))):
+            _fold(state, row)
+        log.info("writer state loaded instance=%s last_batch=%d pending_commits=%d stopped=%s",
+                 self._instance, state.last_batch, len(state.pending),
+                 sorted(state.stopped))  # fmt: skip
+        return state
+
+    def append(self, changes: BatchChanges, batch_id: int) -> None:
+        """Append what batch ``batch_id`` did (once: a replay of the batch writes nothing)."""
+        rows = changes.rows(self._instance, batch_id)
+        if not rows:
+            return
+        self._frame(rows).write.format("delta").mode("append").option(
+            "txnAppId", txn.app_id_for(self._instance, STATE)
+        ).option("txnVersion", txn.txn_version(batch_id, txn.STEP_SYSTEM)).save(self._path)
+
+    def compact(self, state: WriterState) -> None:
+        """Rewrite this instance's rows as the live state only (atomic; others untouched)."""
+        rows = state.live().rows(self._instance, state.last_batch)
+        condition = f"instance = '{self._instance}'"
+        self._frame(rows).write.format("delta").mode("overwrite").option(
+            "replaceWhere", condition
+        ).save(self._path)
+        log.info("writer state compacted instance=%s rows=%d", self._instance, len(rows))
+
+    def _frame(self, rows: list[tuple[Any, ...]]) -> Any:
+        from pyspark.sql import functions as F
+
+        frame = self._spark.createDataFrame(rows, STATE_SCHEMA)
+        return frame.withColumn("written_at", F.current_timestamp())
+
+
+def _fold(state: WriterState, row: Any) -> None:
+    if row.kind == "offset":
+        state.offsets[(row.topic, row.partition)] = max(
+            row.offset, state.offsets.get((row.topic, row.partition), -1)
+        )
+    elif row.kind == "table":
+        state.versions[row.table] = row.version
+    elif row.kind == "pending":
+        record = CommitRecord.parse(row.record, row.topic, row.partition, row.offset)
+        state.pending[record.commit_id] = record
+    elif row.kind == "done":
+        state.pending.pop(row.commit_id, None)
+    elif row.kind == "stopped":
+        state.stopped[row.table] = row.error
+    state.last_batch = max(state.last_batch, row.batch_id)

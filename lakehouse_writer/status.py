@@ -1,0 +1,76 @@
+"""The status file ``writer_status.json`` in the checkpoint directory, and lag from progress.
+
+The file says what the writer is doing (``state``: running, stopped, drained, failed), what
+its last batch did, how far behind the latest offsets it is, which commits still wait for
+rows and which tables are stopped. It is replaced atomically, so a reader never sees half.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "writer_status.json"
+WriterRunState = Literal["running", "stopped", "drained", "failed"]
+
+
+@dataclass
+class BatchStats:
+    """What the writer and its last batch did (for the log line and the status file)."""
+
+    state: WriterRunState = "running"
+    batch_id: int = -1
+    rows: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0
+    lag: dict[str, int] = field(default_factory=dict)
+    lag_batch_id: int = -1
+    finished_at: str = ""
+    pending_commits: int = 0
+    stopped_tables: dict[str, str] = field(default_factory=dict)
+
+
+def write_status(checkpoint: str, stats: BatchStats) -> None:
+    """Write the status JSON file into the checkpoint directory (atomically)."""
+    directory = Path(checkpoint.removeprefix("file:"))
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{STATUS_FILE}.tmp"
+    tmp.write_text(json.dumps({
+        "state": stats.state, "last_batch_id": stats.batch_id,
+        "last_batch_time": stats.finished_at, "rows_applied": stats.rows,
+        "rows_rejected": stats.rejected, "lag": stats.lag, "lag_batch_id": stats.lag_batch_id,
+        "pending_commits": stats.pending_commits, "stopped_tables": stats.stopped_tables,
+    }, indent=2))  # fmt: skip
+    tmp.replace(directory / STATUS_FILE)
+
+
+def read_status(checkpoint: str) -> dict[str, Any] | None:
+    """The status file's content, or None before the writer first wrote it."""
+    path = Path(checkpoint.removeprefix("file:")) / STATUS_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def lag_of(progress: dict[str, Any] | None) -> dict[str, int]:
+    """Offsets behind the latest offset, per topic, from a query progress report."""
+    lag: dict[str, int] = {}
+    for source in (progress or {}).get("sources", []):
+        end, latest = (_offsets(source.get(k)) for k in ("endOffset", "latestOffset"))
+        for (topic, partition), last in latest.items():
+            behind = max(0, last - end.get((topic, partition), 0))
+            lag[topic] = lag.get(topic, 0) + behind
+    return lag
+
+
+def _offsets(raw: Any) -> dict[tuple[str, str], int]:
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        log.warning("unreadable offsets in query progress raw=%r", raw)
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {(t, p): int(o) for t, parts in data.items() for p, o in parts.items()}

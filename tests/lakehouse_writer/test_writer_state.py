@@ -1,0 +1,108 @@
+"""Commit records (when a commit is complete) and the writer's state in ``_writer_state``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lakehouse_writer.commits import BadCommitRecord, CommitRecord
+from lakehouse_writer.job import topic_filter
+from lakehouse_writer.state import BatchChanges, StateStore, WriterState
+from producer_lib.kafka._ledger import PartitionStats, TransactionLedger
+
+
+def _ledger_record() -> str:
+    """A commit record as the producer writes it: two partitions of orders, one of items."""
+    ledger = TransactionLedger(transaction_time=1_700_000_000_000_000)
+    ledger.count("orders", "SHOP.ORDERS", {0: 3, 1: 2})
+    ledger.count("items", "SHOP.ITEMS", {0: 1})
+    ledger.partitions[("orders", 0)] = PartitionStats(3, 10, 12)
+    ledger.partitions[("orders", 1)] = PartitionStats(2, 4, 5)
+    ledger.partitions[("items", 0)] = PartitionStats(1, 7, 7)
+    record = ledger.commit_record(commit_id="c-1", producer="dev.bronze.flow.0",
+                                  source_system="SHOP", function_name="flow")  # fmt: skip
+    return json.dumps(record)
+
+
+ALL = topic_filter(r"(?!__|_schemas$).+")
+RECORD = CommitRecord.parse(_ledger_record(), "_commits", 0, 99)
+
+
+def test_a_producer_commit_record_names_its_partition_ends_and_tables():
+    assert RECORD.commit_id == "c-1" and (RECORD.topic, RECORD.offset) == ("_commits", 99)
+    assert sorted(RECORD.ends) == [("items", 0, 7), ("orders", 0, 12), ("orders", 1, 5)]
+    assert sorted(RECORD.tables) == [("items", "SHOP.ITEMS"), ("orders", "SHOP.ORDERS")]
+
+
+@pytest.mark.parametrize(
+    ("processed", "regex", "complete"),
+    [
+        ({("orders", 0): 12, ("orders", 1): 5, ("items", 0): 7}, None, True),
+        ({("orders", 0): 30, ("orders", 1): 9, ("items", 0): 8}, None, True),
+        ({("orders", 0): 11, ("orders", 1): 5, ("items", 0): 7}, None, False),
+        ({("orders", 0): 12, ("orders", 1): 5}, None, False),
+        ({("orders", 0): 12, ("orders", 1): 5}, "orders|_commits", True),
+    ],
+    ids=["at-the-ends", "past-the-ends", "one-row-short", "partition-unseen",
+         "unread-topic-ignored"],
+)  # fmt: skip
+def test_a_commit_is_complete_once_every_partition_read_here_reached_its_end(
+    processed, regex, complete
+):
+    ours = topic_filter(regex) if regex else ALL
+    assert RECORD.is_complete(processed, ours) is complete
+
+
+def test_commits_of_unread_topics_are_not_ours_and_stopped_tables_are_unvouched():
+    assert RECORD.concerns(ALL) and not RECORD.concerns(topic_filter("other|_commits"))
+    versions = {"SHOP.ORDERS": 4, "SHOP.ITEMS": 2}
+    assert RECORD.versions(versions, ALL) == (versions, [])
+    assert RECORD.versions({"SHOP.ORDERS": 4}, ALL) == ({"SHOP.ORDERS": 4}, ["SHOP.ITEMS"])
+    assert RECORD.versions(versions, ALL, stopped={"SHOP.ORDERS"}) == (
+        {"SHOP.ITEMS": 2}, ["SHOP.ORDERS"])  # fmt: skip
+    assert RECORD.versions(versions, topic_filter("orders")) == ({"SHOP.ORDERS": 4}, [])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["not json", "[]", '{"partitions": []}', '{"commit_id": "x", "partitions": [{"topic": 1}]}'],
+    ids=["text", "array", "no-id", "partition-without-offsets"],
+)
+def test_a_bad_commit_record_says_what_it_is_not(raw):
+    with pytest.raises(BadCommitRecord, match="not a commit record"):
+        CommitRecord.parse(raw, "_commits", 0, 1)
+
+
+@pytest.mark.spark
+def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
+    path = str(tmp_path / "_writer_state")
+    store, other = StateStore(spark, path, "a"), StateStore(spark, path, "b")
+    pending = CommitRecord.parse(_ledger_record(), "_commits", 0, 99)
+    batches = [
+        BatchChanges({("orders", 0): 12, ("_commits", 0): 99}, {"SHOP.ORDERS": 1}, [pending],
+                     [], {"SHOP.ITEMS": "incompatible column type"}),
+        BatchChanges({("orders", 0): 20, ("items", 0): 7}, {"SHOP.ORDERS": 2}),
+        BatchChanges({("orders", 1): 5}, {"SHOP.ORDERS": 3}, [], ["c-1"]),
+    ]  # fmt: skip
+    state = WriterState()
+    for batch_id, changes in enumerate(batches):
+        store.append(changes, batch_id)
+        state.apply(changes, batch_id)
+        if batch_id == 1:
+            assert list(store.load().pending) == ["c-1"]  # a restart here still waits for it
+    store.append(batches[2], 2)  # the replay of a batch writes nothing
+    other.append(BatchChanges({("orders", 0): 500}), 7)
+
+    loaded = store.load()
+    assert loaded == state
+    assert (loaded.last_batch, loaded.pending, loaded.versions) == (2, {}, {"SHOP.ORDERS": 3})
+    assert loaded.offsets == {("orders", 0): 20, ("orders", 1): 5, ("items", 0): 7,
+                              ("_commits", 0): 99}  # fmt: skip
+    assert loaded.stopped == {"SHOP.ITEMS": "incompatible column type"}
+
+    store.compact(loaded)
+    assert store.load() == loaded
+    rows = spark.read.format("delta").load(path)
+    assert rows.filter("instance = 'a'").count() == 6  # 4 offsets, 1 version, 1 stopped
+    assert other.load().offsets == {("orders", 0): 500}
