@@ -128,7 +128,10 @@ class FieldPlan:
         lengths: list[int] = []
         write, schema, name = fastavro.schemaless_writer, self.writer_schema, self.name
         start = 0
+        convert = _avro_value_converter(col.arr.type)
         for row, value in enumerate(col.arr.to_pylist()):
+            if convert is not None:
+                value = convert(value)
             try:
                 write(out, schema, {name: value})
             except Exception as exc:
@@ -138,6 +141,28 @@ class FieldPlan:
             start = end
         data = np.frombuffer(out.getbuffer(), dtype=np.uint8).copy()
         return ArrowPiece(from_parts(data, np.array(lengths, dtype=np.int64)))
+
+
+def _avro_value_converter(arrow_type: pa.DataType) -> Any:
+    """A function turning ``to_pylist()`` values into what fastavro takes, or None if same.
+
+    Arrow gives a map as a list of (key, value) pairs; Avro wants a dict. Nested maps inside
+    lists and structs are converted too.
+    """
+    if pa.types.is_map(arrow_type):
+        item = _avro_value_converter(arrow_type.item_type)
+        return lambda v: None if v is None else {
+            k: (item(x) if item else x) for k, x in v}  # fmt: skip
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        inner = _avro_value_converter(arrow_type.value_type)
+        return None if inner is None else (lambda v: None if v is None else [inner(x) for x in v])
+    if pa.types.is_struct(arrow_type):
+        fields = {f.name: _avro_value_converter(f.type) for f in arrow_type}
+        if not any(fields.values()):
+            return None
+        return lambda v: None if v is None else {
+            k: (fields[k](x) if fields.get(k) else x) for k, x in v.items()}  # fmt: skip
+    return None
 
 
 def plan_fields(schema: dict[str, Any]) -> list[FieldPlan]:

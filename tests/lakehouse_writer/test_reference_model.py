@@ -1,0 +1,389 @@
+"""Reference model: random change sequences through the real producer and writer, vs DESIGN.
+
+Hypothesis generates change sequences (``tests/support/reference_model.py``): keyed tables
+(one or two key columns) and append-only ones, 2-3 partitions, 1-5 transactions of every row
+type (BEFORE/UPDATE pairs that move the key or not, whole-table TRUNCATEs, explicit partitions
+now and then), some transactions aborted, some produced only after a first writer run. The
+real :class:`KafkaProducer` publishes each sequence to its own topic, the real
+``lakehouse-writer run --once`` applies them, and every table must equal what the independent
+model of DESIGN's semantics says, ``_rejected`` must hold exactly the rows an append-only table
+refuses, and no current data file may still hold an image a GDPR delete removed.
+
+Cost: a streaming run costs its start-up, and the writer's batch cost grows with tables x
+topic partitions (each table's steps scan the whole batch; ``_rejected`` unions every table's
+frames), so sequences are applied in groups of :data:`GROUP`, each group by one writer run (two
+when some of its sequences pause), each sequence on its own topic and table and checked on its
+own; the slow test also caps micro-batches so rows of one run land in several batches. The
+sequences are hypothesis examples (its generate phase; no shrinking, a re-run costs minutes);
+the failure message names the seed and ``REFERENCE_MODEL_SEED`` replays it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from lakehouse_writer.cli import main
+from producer_lib.errors import SchemaError
+from producer_lib.kafka import KafkaProducer, Target
+from producer_lib.schema import (
+    AvroInt,
+    AvroLong,
+    AvroNVarchar,
+    KeySchema,
+    RowType,
+    ValueSchema,
+    create_key_row,
+    create_truncate_row,
+)
+from producer_lib.settings import KafkaSettings
+from tests.support import reference_model as model
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+NAMESPACE = "REFM"
+SEQUENCES = 50  # hypothesis examples of the default test
+SLOW_SEQUENCES = 100
+_ABORT_WAIT_S = 0.1  # > linger.ms: the aborted rows reach the log before the abort
+GROUP = 8  # sequences per writer run (see the module docstring)
+ALL_COLUMNS = ("K1", "K2", "REGION", "GRP", "NOTE", "SEQ")
+
+
+@dataclass
+class Flow:
+    """The sequences of one test on Kafka: topics, schemas and where each row landed."""
+
+    run: str
+    sequences: list[model.Sequence]
+    schemas: dict[str, ValueSchema]
+    positions: dict[str, dict[int, model.Position]]
+
+    @classmethod
+    def of(cls, seqs: list[model.Sequence]) -> Flow:
+        """A new flow (fresh topic names) of ``seqs``."""
+        return cls(uuid.uuid4().hex[:8], seqs, {s.name: value_schema(s) for s in seqs}, {})
+
+    def topic(self, seq: model.Sequence) -> str:
+        """The topic of ``seq``."""
+        return f"t_refmodel_{self.run}_{seq.name}"
+
+    def targets(self, producer: KafkaProducer) -> dict[str, Target]:
+        """Add every sequence's topic to ``producer``; targets by sequence name."""
+        return {s.name: producer.add_target(self.topic(s), s.name, KeySchema(schema), schema)
+                for s in self.sequences for schema in [self.schemas[s.name]]}  # fmt: skip
+
+    @property
+    def pattern(self) -> str:
+        """The writer's topic regex: every topic of this flow, nothing else."""
+        return f"t_refmodel_{self.run}_S[0-9]+"
+
+
+def value_schema(seq: model.Sequence) -> ValueSchema:
+    """The table of ``seq``: K1 [K2] REGION GRP NOTE SEQ."""
+    schema = ValueSchema(seq.name, NAMESPACE, doc="reference model table")
+    schema.add_field("K1", AvroLong(), nullable=False)
+    if "K2" in seq.keys:
+        schema.add_field("K2", AvroNVarchar(5), nullable=False)
+    schema.add_field("REGION", AvroNVarchar(5))
+    schema.add_field("GRP", AvroInt(), nullable=False)
+    schema.add_field("NOTE", AvroNVarchar(20))
+    schema.add_field("SEQ", AvroLong(), nullable=False)
+    if seq.keys:
+        schema.add_primary_key(*seq.keys)
+    return schema
+
+
+@dataclass
+class Harness:
+    """The real broker and Spark of a test, and what it created."""
+
+    spark: Any
+    bootstrap: str
+    admin: AdminClient
+    root: Path
+    topics: list[str]
+
+
+@pytest.fixture
+def harness(spark, kafka_bootstrap, kafka_admin, tmp_path, monkeypatch) -> Iterator[Harness]:
+    """The test's harness; its topics are deleted afterwards."""
+    monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)  # the producer writes _schemas
+    made = Harness(spark, kafka_bootstrap, kafka_admin, tmp_path, [])
+    yield made
+    if made.topics:
+        for future in kafka_admin.delete_topics(made.topics).values():
+            future.result(timeout=60)
+
+
+def create_topics(harness: Harness, flow: Flow) -> None:
+    """One topic per sequence, with the sequence's partition count."""
+    new = [NewTopic(flow.topic(s), num_partitions=s.partitions, replication_factor=1)
+           for s in flow.sequences]  # fmt: skip
+    for name, future in harness.admin.create_topics(new).items():
+        future.result(timeout=60)
+        harness.topics.append(name)
+
+
+def produce(producer: KafkaProducer, targets: Mapping[str, Target], flow: Flow, phase: int) -> None:
+    """Produce phase 0 (transactions before the first writer run) or 1 (the rest)."""
+    for seq in flow.sequences:
+        target = targets[seq.name]
+        part = slice(0, seq.first_run) if phase == 0 else slice(seq.first_run, None)
+        for txn in seq.transactions[part]:
+            for change in txn.changes:
+                if change.code == "T":
+                    row = create_truncate_row(target.value_schema, change.scope)
+                    row["SEQ"] = change.seq
+                else:
+                    row = {**change.values, "__source_rowid": change.rowid}
+                key = create_key_row(row, target.key_schema)
+                producer.produce_row(target, key, row, RowType(change.code), change.partition)
+            if txn.committed:
+                producer.commit()
+            else:
+                abort(producer, target)
+
+
+def abort(producer: KafkaProducer, target: Target) -> None:
+    """Abort the open transaction the way a flow does: a row that does not fit the schema."""
+    time.sleep(_ABORT_WAIT_S)
+    with pytest.raises(SchemaError):
+        producer.produce_row(target, {}, {"NOT_A_COLUMN": 1}, RowType.INSERT)
+
+
+def read_back(bootstrap: str, flow: Flow) -> dict[str, dict[int, model.Position]]:
+    """(partition, offset) of every message on the flow's topics, aborted ones too, by SEQ."""
+    parsed = {flow.topic(s): (s.name, fastavro.parse_schema(flow.schemas[s.name].to_avro_json()))
+              for s in flow.sequences}  # fmt: skip
+    positions: dict[str, dict[int, model.Position]] = {s.name: {} for s in flow.sequences}
+    for msg in messages(bootstrap, [(flow.topic(s), p) for s in flow.sequences
+                                    for p in range(s.partitions)]):  # fmt: skip
+        name, schema = parsed[msg.topic()]
+        body = msg.value()[5 if msg.value()[0] == 0 else 10 :]  # Confluent or single-object
+        row = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
+        positions[name][row["SEQ"]] = (msg.partition(), msg.offset())
+    return positions
+
+
+def messages(bootstrap: str, partitions: list[tuple[str, int]]) -> list[Message]:
+    """Every message of ``partitions`` up to their current end, aborted ones too."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"rm-{uuid.uuid4()}",
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    ends = {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), 10, False)[1]
+            for t, p in partitions}  # fmt: skip
+    consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
+    pending, found, deadline = set(partitions), [], time.monotonic() + 60
+    try:
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                found.append(msg)
+            elif msg is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"reading {msg.topic()}: {msg.error()}")
+            elif msg is not None and msg.offset() >= ends[(msg.topic(), msg.partition())]:
+                pending.discard((msg.topic(), msg.partition()))
+    finally:
+        consumer.close()
+    assert not pending, f"partitions {sorted(pending)} never reached their end"
+    return found
+
+
+def check_landing(flow: Flow) -> None:
+    """Preconditions on the producer: every row landed once, where DESIGN says."""
+    problems = [p for s in flow.sequences for p in model.landing(s, flow.positions[s.name])]
+    assert not problems, "\n".join(problems)
+
+
+def aborted_on_log(flows: list[Flow]) -> bool:
+    """True when some aborted row reached the log (else aborts would prove nothing)."""
+    return any(c.seq in f.positions[s.name] for f in flows for s in f.sequences
+               for t, c in s.changes() if not t.committed)  # fmt: skip
+
+
+def run_writer(bootstrap: str, lake: Path, ckpt: Path, flow: Flow, limit: int | None) -> None:
+    """``lakehouse-writer run --once`` over the flow's topics (``limit``: offsets per batch)."""
+    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
+            "--topics", flow.pattern, "--bootstrap-servers", bootstrap]  # fmt: skip
+    assert main(argv + (["--max-offsets-per-trigger", str(limit)] if limit else [])) == 0
+
+
+def lake_rows(spark: Any, lake: Path, flow: Flow) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows (payload columns, ``__change_type``), sorted, read in one query."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames = []
+    for seq in flow.sequences:
+        path = lake / NAMESPACE / seq.name
+        if (path / "_delta_log").exists():
+            cols = [F.col(c) if c in seq.columns else F.lit(None).cast("string").alias(c)
+                    for c in ALL_COLUMNS]  # fmt: skip
+            frame = spark.read.format("delta").load(str(path))
+            frames.append(frame.select(F.lit(seq.name).alias("__table"), *cols, "__change_type"))
+    rows: dict[str, list[tuple[Any, ...]]] = {s.name: [] for s in flow.sequences}
+    columns = {s.name: s.columns for s in flow.sequences}
+    for row in reduce(lambda a, b: a.unionByName(b), frames).collect() if frames else []:
+        name = row["__table"]
+        rows[name].append((*(row[c] for c in columns[name]), row["__change_type"]))
+    return {name: sorted(found, key=model.sort_key) for name, found in rows.items()}
+
+
+def rejected_offsets(spark: Any, lake: Path) -> set[tuple[str, int, int]]:
+    """(topic, partition, offset) of the rows in ``_rejected``."""
+    if not (lake / "_rejected" / "_delta_log").exists():
+        return set()
+    frame = spark.read.format("delta").load(str(lake / "_rejected"))
+    return {(r[0], r[1], r[2]) for r in frame.select("topic", "partition", "offset").collect()}
+
+
+def physically_present(table: Path, seqs: frozenset[int]) -> set[int]:
+    """SEQs among ``seqs`` that some current data file holds (deletion vectors ignored)."""
+    from deltalake import DeltaTable
+
+    present: set[int] = set()
+    for uri in DeltaTable(str(table)).file_uris():
+        for column in pq.read_table(uri.removeprefix("file://")).columns:
+            if pa.types.is_int64(column.type):
+                present |= seqs & set(column.to_pylist())
+    return present
+
+
+def mismatches(spark: Any, lake: Path, flow: Flow, strict: bool, split: bool) -> list[str]:
+    """One readable report per sequence whose lakehouse differs from the model.
+
+    Unless ``strict``, the known writer bugs (``known_gaps`` of the model module) are tolerated.
+    """
+    got_rows, rejected = lake_rows(spark, lake, flow), rejected_offsets(spark, lake)
+    reports = []
+    for seq in flow.sequences:
+        positions = flow.positions[seq.name]
+        gaps = model.KnownGaps() if strict else model.known_gaps(seq, split)
+        problems = compare(seq, model.expected(seq, positions), got_rows[seq.name], rejected, flow,
+                           lake, gaps)  # fmt: skip
+        if problems:
+            reports.append("\n".join([model.describe(seq, positions), *problems]))
+    return reports
+
+
+def compare(
+    seq: model.Sequence, want: model.Expected, got: list[tuple[Any, ...]],
+    rejected: set[tuple[str, int, int]], flow: Flow, lake: Path, gaps: model.KnownGaps,
+) -> list[str]:  # fmt: skip
+    """What differs between the model's ``want`` and the lakehouse, as text lines."""
+    problems, width = [], len(seq.keys)
+    want_rows = [r for r in want.rows if r[:width] not in gaps.keys]
+    got = [r for r in got if r[:width] not in gaps.keys]
+    if got != want_rows:
+        missing = [r for r in want_rows if r not in got]
+        extra = [r for r in got if r not in want_rows]
+        problems.append(f"  table rows {(*seq.columns, '__change_type')}:\n"
+                        f"    expected {want_rows}\n    got      {got}\n"
+                        f"    missing {missing}\n    unexpected {extra}")  # fmt: skip
+    topic, at = flow.topic(seq), flow.positions[seq.name]
+    want_rejected = {(topic, *at[s]) for s in want.rejected}
+    may_miss = {(topic, *at[s]) for s in gaps.unrejected}
+    got_rejected = {r for r in rejected if r[0] == topic}
+    if not want_rejected - may_miss <= got_rejected <= want_rejected:
+        problems.append(f"  _rejected (topic, partition, offset): expected "
+                        f"{sorted(want_rejected)}, got {sorted(got_rejected)}")  # fmt: skip
+    kept = physically_present(lake / NAMESPACE / seq.name, want.purged) if want.purged else None
+    if kept:
+        problems.append(f"  GDPR: current data files still hold SEQ {sorted(kept)}")
+    return problems
+
+
+def check_flows(harness: Harness, count: int, scoped: bool, split_batches: bool = False) -> None:
+    """Generate ``count`` sequences, apply them in groups, compare every one with the model.
+
+    With ``split_batches`` every other group's writer runs cap their micro-batches
+    (``--max-offsets-per-trigger``) so a run applies its rows in about three batches.
+    """
+    generation_seed = int(os.environ.get("REFERENCE_MODEL_SEED") or random.getrandbits(32))
+    seqs = model.generate(count, scoped, generation_seed)
+    ordered = sorted(seqs, key=lambda s: s.first_run < len(s.transactions))  # pausing ones last:
+    reports, flows = [], []  # only their groups need a second writer run
+    for start in range(0, len(ordered), GROUP):
+        flows.append(Flow.of(ordered[start : start + GROUP]))
+        batches = 3 if split_batches and start // GROUP % 2 else 1
+        reports += apply_group(harness, flows[-1], batches=batches)
+    assert aborted_on_log(flows) or all(t.committed for s in seqs for t in s.transactions)
+    print("\n\n".join(reports))  # all of them, in the captured output
+    assert not reports, (
+        f"{len(reports)} of {len(seqs)} sequences differ from the model "
+        f"(REFERENCE_MODEL_SEED={generation_seed} replays them):\n\n" + "\n\n".join(reports[:5])
+    )
+
+
+def apply_group(harness: Harness, flow: Flow, strict: bool = False, batches: int = 1) -> list[str]:
+    """Produce a group, apply it (one writer run, two when some sequences pause), compare."""
+    rows = sum(1 for s in flow.sequences for _ in s.changes())
+    limit = max(2, rows // batches) if batches > 1 else None
+    create_topics(harness, flow)
+    lake, checkpoint = harness.root / flow.run / "lake", harness.root / flow.run / "checkpoint"
+    settings_ = KafkaSettings(bootstrap_servers=harness.bootstrap)
+    with KafkaProducer("REFMODEL", f"refmodel_{flow.run}", "test", "dev", settings_) as producer:
+        targets = flow.targets(producer)
+        produce(producer, targets, flow, phase=0)
+        if any(s.first_run < len(s.transactions) for s in flow.sequences):
+            run_writer(harness.bootstrap, lake, checkpoint, flow, limit)
+            produce(producer, targets, flow, phase=1)
+    run_writer(harness.bootstrap, lake, checkpoint, flow, limit)
+    flow.positions = read_back(harness.bootstrap, flow)
+    check_landing(flow)
+    return mismatches(harness.spark, lake, flow, strict, split=batches > 1)
+
+
+def test_writer_agrees_with_the_reference_model(harness):
+    """50 sequences; TRUNCATEs whole-table and scoped (``__truncate``) alike."""
+    check_flows(harness, SEQUENCES, scoped=True)
+
+
+@pytest.mark.slow
+def test_writer_agrees_with_the_reference_model_at_length(harness):
+    check_flows(harness, SLOW_SEQUENCES, scoped=True, split_batches=True)
+
+
+@pytest.mark.parametrize(("pinned", "batches"), [
+    pytest.param(seq, batches, marks=pytest.mark.xfail(strict=True, reason=reason), id=name)
+    for name, (seq, batches, reason) in model.KNOWN_WRITER_BUGS.items()
+])  # fmt: skip
+def test_known_writer_bug(harness, pinned, batches):
+    """The minimal sequences of the bugs ``known_gaps`` tolerates, compared strictly."""
+    reports = apply_group(harness, Flow.of([pinned]), strict=True, batches=batches)
+    assert not reports, "\n\n".join(reports)
+
+
+@pytest.mark.parametrize(("txns", "want"), [
+    ([[("I", 1, 0, 1)], [("I", 2, 0, 2), ("T", 0, 1, 3)]], [(2, "n2", "I")]),
+    ([[("I", 1, 1, 1), ("D", 1, 0, 2)]], [(1, "n1", "I")]),  # the last by (partition, offset)
+    ([[("I", 1, 0, 1)], [("B", 1, 0, 2), ("U", 2, 0, 3)]], [(2, "n3", "U")]),
+    ([[("I", 1, 0, 1)], [("B", 1, 0, 2), ("U", 1, 0, 3)]], [(1, "n3", "U")]),
+    ([[("A", 1, 0, 1)], [("P", 1, 0, 2), ("P", 2, 0, 3)]], [(1, "n1", "P"), (2, "n3", "P")]),
+    ([[("I", 1, 0, 1), ("I", 2, 0, 2)], [("G", 1, 0, 3)]], [(2, "n2", "I")]),
+], ids=["truncate", "partition-order", "moved-key", "kept-key", "P", "G"])  # fmt: skip
+def test_the_model_follows_design(txns, want):
+    seq = model.Sequence("S", ("K1",), 2, tuple(model.transaction(*t) for t in txns), len(txns))
+    result = model.expected(seq, {c.seq: (c.partition, c.seq) for _, c in seq.changes()})
+    assert [(r[0], r[3], r[-1]) for r in result.rows] == want
+    assert result.purged == (frozenset({1}) if "G" in str(txns) else frozenset())

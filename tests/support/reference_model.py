@@ -1,0 +1,406 @@
+"""An independent model of DESIGN's row semantics, and hypothesis strategies of change sequences.
+
+A :class:`Sequence` is what one flow sends to one table: transactions (committed or aborted) of
+changes of every row type. :func:`expected` says what the lakehouse table must hold afterwards,
+following DESIGN.md ("Row types", "Ordering and time") and nothing of the writer's code:
+
+- transactions apply in time order (one producer: commit order); aborted ones never exist;
+- a TRUNCATE at time t deletes the rows in its scope older than t: every stored row, none of
+  its own transaction;
+- within one transaction and one key, the last row by (partition, offset) wins, a BEFORE image
+  counting as a delete of its key when its UPDATE moved the key (otherwise it does nothing);
+- I/U/A/R upsert, D/X/G delete by key, P keeps the stored row and marks it archived
+  (``__change_type`` = ``P``; with no stored row the archived image itself is kept);
+- G also leaves no current data file holding the deleted image;
+- without a primary key the table is append-only: I/U/A/R append, T truncates, D/X/G are
+  rejected.
+
+Every message carries a unique ``SEQ`` (a payload column) so a test can find each change's
+partition and offset on Kafka, which the model needs to order the rows of a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+KEY_VALUES: dict[str, tuple[Any, ...]] = {"K1": (1, 2, 3), "K2": ("a", "b")}
+REGIONS = ("A", "B", None)  # REGION: the nullable scope column
+GROUPS = (1, 2)  # GRP: a non-nullable int scope column
+NOTES = (None, "x", "yy", "ü")  # NOTE: a nullable payload column
+PAYLOAD = ("REGION", "GRP", "NOTE")
+SEQ_BASE = 1000  # SEQ values never collide with the small ints of K1/GRP
+UPSERTS, DELETES = ("I", "U", "A", "R"), ("D", "X", "G")
+ACTIONS = {**dict.fromkeys(UPSERTS, "upsert"), **dict.fromkeys(DELETES, "delete"), "P": "archive"}
+Position = tuple[int, int]  # (partition, offset)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change row as the flow produces it.
+
+    Attributes:
+        code: The row type (``__change_type``).
+        values: Payload by column (``SEQ`` included); key columns of the table's key first.
+        partition: Explicit partition, or None for the producer's default (the key's).
+        rowid: ``__source_rowid``; a BEFORE image and its UPDATE may share one.
+        pair: Pair number shared by a BEFORE image and its UPDATE.
+        scope: TRUNCATE scope ``{column: value}``; None truncates the whole table.
+    """
+
+    code: str
+    values: Mapping[str, Any]
+    partition: int | None = None
+    rowid: str | None = None
+    pair: int | None = None
+    scope: Mapping[str, Any] | None = None
+
+    @property
+    def seq(self) -> int:
+        """The change's unique serial number (column ``SEQ``)."""
+        return int(self.values["SEQ"])
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """The changes of one producer transaction, in produce order."""
+
+    changes: tuple[Change, ...]
+    committed: bool = True
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """What one flow sends to one table.
+
+    Attributes:
+        name: Table name (namespace chosen by the test).
+        keys: Primary key columns; empty for an append-only table.
+        partitions: Partitions of the topic.
+        transactions: In produce (= time) order.
+        first_run: Transactions produced before the writer's first run; the rest come after
+            it and are applied by a second run.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    partitions: int
+    transactions: tuple[Transaction, ...]
+    first_run: int = 0
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Payload columns of the table, in table order."""
+        return (*(self.keys or ("K1",)), *PAYLOAD, "SEQ")
+
+    def changes(self) -> Iterable[tuple[Transaction, Change]]:
+        """Every change with its transaction, in produce order."""
+        return ((t, c) for t in self.transactions for c in t.changes)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the lakehouse must show after a sequence.
+
+    Attributes:
+        rows: Sorted table rows: the payload columns, then ``__change_type``.
+        rejected: SEQs of the rows that must land in ``_rejected``.
+        purged: SEQs of images a GDPR delete removed: no current data file may hold them.
+    """
+
+    rows: list[tuple[Any, ...]]
+    rejected: frozenset[int]
+    purged: frozenset[int]
+
+
+def sort_key(row: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
+    """Order rows holding None next to values."""
+    return tuple((v is None, str(v)) for v in row)
+
+
+def _truncate(rows: dict[Any, tuple[Mapping[str, Any], str]], txn: Transaction) -> None:
+    """Every stored row is older than ``txn``: delete those in the scope of its TRUNCATEs."""
+    for scope in (c.scope or {} for c in txn.changes if c.code == "T"):
+        for key in [k for k, (v, _) in rows.items() if all(v[c] == x for c, x in scope.items())]:
+            del rows[key]
+
+
+def expected(seq: Sequence, positions: Mapping[int, Position]) -> Expected:
+    """The table DESIGN's semantics give for ``seq``; ``positions``: (partition, offset) by SEQ."""
+    if not seq.keys:
+        return _expected_append_only(seq)
+    rows: dict[tuple[Any, ...], tuple[Mapping[str, Any], str]] = {}
+    purged: set[int] = set()
+    for txn in (t for t in seq.transactions if t.committed):
+        _truncate(rows, txn)
+        for key, (action, change) in _winners(seq, txn, positions).items():
+            stored = rows.get(key)
+            if action == "delete":
+                rows.pop(key, None)
+                if change.code == "G" and stored is not None:
+                    purged.add(int(stored[0]["SEQ"]))
+            elif action == "archive":
+                rows[key] = (stored[0] if stored else change.values, "P")
+            else:
+                rows[key] = (change.values, change.code)
+    table = [(*(v[c] for c in seq.columns), code) for v, code in rows.values()]
+    return Expected(sorted(table, key=sort_key), frozenset(), frozenset(purged))
+
+
+def _winners(
+    seq: Sequence, txn: Transaction, positions: Mapping[int, Position]
+) -> dict[tuple[Any, ...], tuple[str, Change]]:
+    """Per key: the action of the transaction's last row by (partition, offset)."""
+    updates = {c.pair: c for c in txn.changes if c.code == "U" and c.pair is not None}
+    best: dict[tuple[Any, ...], tuple[Position, str, Change]] = {}
+    for change in (c for c in txn.changes if c.code != "T"):
+        key = tuple(change.values[k] for k in seq.keys)
+        if change.code == "B":
+            after = updates[change.pair]
+            if tuple(after.values[k] for k in seq.keys) == key:
+                continue  # the update kept its key: nothing to do
+            action = "delete"
+        else:
+            action = ACTIONS[change.code]
+        position = positions[change.seq]
+        if key not in best or position > best[key][0]:
+            best[key] = (position, action, change)
+    return {key: (action, change) for key, (_, action, change) in best.items()}
+
+
+def _expected_append_only(seq: Sequence) -> Expected:
+    rows: dict[int, tuple[Mapping[str, Any], str]] = {}
+    rejected: set[int] = set()
+    for txn in (t for t in seq.transactions if t.committed):
+        _truncate(rows, txn)
+        for change in txn.changes:
+            if change.code in UPSERTS:
+                rows[change.seq] = (change.values, change.code)
+            elif change.code in DELETES:
+                rejected.add(change.seq)
+    table = [(*(v[c] for c in seq.columns), code) for v, code in rows.values()]
+    return Expected(sorted(table, key=sort_key), frozenset(rejected), frozenset())
+
+
+def landing(seq: Sequence, positions: Mapping[int, Position]) -> list[str]:
+    """What breaks DESIGN's placement: a committed row missing, an explicit partition not
+    kept, a key travelling two partitions by default (``positions``: as found on Kafka)."""
+    problems, home = [], {}
+    for txn, change in seq.changes():
+        where = positions.get(change.seq)
+        if where is None:
+            problems += [f"{seq.name}: SEQ {change.seq} is not on Kafka"] if txn.committed else []
+        elif change.partition is not None and where[0] != change.partition:
+            problems.append(f"{seq.name}: SEQ {change.seq} not on partition {change.partition}")
+        elif change.partition is None and seq.keys and change.code != "T":
+            key = tuple(change.values[k] for k in seq.keys)
+            if home.setdefault(key, where[0]) != where[0]:
+                problems.append(f"{seq.name}: key {key} travelled two partitions by default")
+    return problems
+
+
+def transaction(*rows: tuple[str, int, int, int]) -> Transaction:
+    """A hand-written committed transaction of (code, K1, partition, SEQ) rows; NOTE is
+    ``n<SEQ>``; B and U rows form one pair."""
+    return Transaction(tuple(
+        Change(code, {"K1": k, "REGION": None, "GRP": 1, "NOTE": f"n{n}", "SEQ": n}, p,
+               pair=0 if code in ("B", "U") else None)
+        for code, k, p, n in rows))  # fmt: skip
+
+
+# -- strategies -------------------------------------------------------------------------------
+
+
+def _image(keys: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
+    fields = {k: st.sampled_from(KEY_VALUES[k]) for k in keys or ("K1",)}
+    fields.update(REGION=st.sampled_from(REGIONS), GRP=st.sampled_from(GROUPS),
+                  NOTE=st.sampled_from(NOTES))  # fmt: skip
+    return st.fixed_dictionaries(fields)
+
+
+def _partition(partitions: int) -> st.SearchStrategy[int | None]:
+    return st.one_of(st.none(), st.none(), st.integers(0, partitions - 1))
+
+
+def _scopes(keys: tuple[str, ...], scoped: bool) -> st.SearchStrategy[dict[str, Any] | None]:
+    region, group = st.sampled_from(REGIONS), st.sampled_from(GROUPS)
+    choices = [{"REGION": region}, {"GRP": group}, {"REGION": region, "GRP": group},
+               {"K1": st.sampled_from(KEY_VALUES["K1"])}]  # fmt: skip
+    return st.one_of(st.none(), *map(st.fixed_dictionaries, choices)) if scoped else st.none()
+
+
+@st.composite
+def _step(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> list[Change]:
+    """One change, or a BEFORE image with its UPDATE (keyed tables only)."""
+    codes = [*UPSERTS, *DELETES, "T"] + (["P", "P", "pair", "pair", "pair"] if keys else [])
+    code = draw(st.sampled_from(codes))
+    if code == "T":
+        return [Change("T", {}, draw(_partition(partitions)),
+                       scope=draw(_scopes(keys, scoped)))]  # fmt: skip
+    if code != "pair":
+        values = draw(_image(keys))
+        if code == "X":  # only key fields are set (GRP cannot be null in Avro)
+            values.update(REGION=None, GRP=0, NOTE=None)
+        return [Change(code, values, draw(_partition(partitions)))]
+    before, after = draw(_image(keys)), draw(_image(keys))
+    if draw(st.booleans()):  # paired by a shared row id, each on any partition
+        return [Change("B", before, draw(_partition(partitions)), rowid="yes", pair=0),
+                Change("U", after, draw(_partition(partitions)), rowid="yes", pair=0)]  # fmt: skip
+    partition = draw(st.integers(0, partitions - 1))  # no row id: adjacent in one partition
+    return [Change("B", before, partition, pair=0), Change("U", after, partition, pair=0)]
+
+
+@st.composite
+def _transaction(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> Transaction:
+    steps = draw(st.lists(_step(keys, partitions, scoped), min_size=1, max_size=5))
+    return Transaction(tuple(c for s in steps for c in s), committed=draw(st.integers(0, 6)) > 0)
+
+
+@st.composite
+def sequences(draw: Any, name: str = "S", scoped: bool = True) -> Sequence:
+    """A random sequence (see the module docstring); SEQ, pairs and row ids numbered."""
+    keys = draw(st.sampled_from([("K1",), ("K1",), ("K1", "K2"), ("K1", "K2"), ()]))
+    partitions = draw(st.integers(2, 3))
+    txns = draw(st.lists(_transaction(keys, partitions, scoped), min_size=1, max_size=5))
+    first_run = draw(st.sampled_from([len(txns)] * 3 + list(range(1, len(txns)))))
+    return _numbered(Sequence(name, keys, partitions, tuple(txns), first_run))
+
+
+def generate(count: int, scoped: bool, generation_seed: int) -> list[Sequence]:
+    """``count`` hypothesis examples of :func:`sequences`, named S000, S001, ..."""
+    found: list[Sequence] = []
+
+    @seed(generation_seed)
+    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(sequences(scoped=scoped))
+    def collect(seq: Sequence) -> None:
+        found.append(seq)
+
+    collect()
+    return [replace(s, name=f"S{i:03d}") for i, s in enumerate(found[:count])]
+
+
+def _numbered(seq: Sequence) -> Sequence:
+    """Give every change a unique SEQ and every BEFORE/UPDATE pair its number (and row id)."""
+    serial, pairs, txns = SEQ_BASE, 0, []
+    for txn in seq.transactions:
+        changes = []
+        for change in txn.changes:
+            numbered = replace(change, values={**change.values, "SEQ": serial})
+            if change.code == "B":
+                pairs += 1
+            if change.pair is not None:
+                rowid = f"row{pairs}" if change.rowid else None
+                numbered = replace(numbered, pair=pairs, rowid=rowid)
+            changes.append(numbered)
+            serial += 1
+        txns.append(replace(txn, changes=tuple(changes)))
+    return replace(seq, transactions=tuple(txns))
+
+
+# -- known writer bugs: not DESIGN; tolerated by the test, each pinned by an xfail case ----
+
+
+@dataclass(frozen=True)
+class KnownGaps:
+    """What a known writer bug may get wrong in one sequence; the rest is compared.
+
+    Attributes:
+        keys: Keys whose rows are not compared.
+        unrejected: SEQs of append-only refusals that may be missing from ``_rejected``.
+    """
+
+    keys: frozenset[tuple[Any, ...]] = frozenset()
+    unrejected: frozenset[int] = frozenset()
+
+
+def known_gaps(seq: Sequence, split: bool) -> KnownGaps:
+    """Where the known writer bugs (:data:`KNOWN_WRITER_BUGS`) can show in ``seq``; ``split``:
+    the writer's micro-batches were capped, so transactions may span batches."""
+    keys: set[tuple[Any, ...]] = set()
+    unrejected: set[int] = set()
+    committed = [(i < seq.first_run, t) for i, t in enumerate(seq.transactions) if t.committed]
+    for n, (run, txn) in enumerate(committed):
+        earlier = [t for r, t in committed[:n] if r == run]
+        truncated_later = any(c.code == "T" for r, t in committed[n + 1 :] if r == run
+                              for c in t.changes)  # fmt: skip
+        touched = {_key(seq, c) for t in earlier for c in t.changes if c.code != "T"}
+        mine = [_key(seq, c) for c in txn.changes if c.code != "T"]
+        for change in txn.changes:
+            if seq.keys and change.code == "P" and _key(seq, change) in touched:
+                keys.add(_key(seq, change))  # archive-keeps-the-row-upserted-earlier...
+            if not seq.keys and change.code in DELETES and truncated_later:
+                unrejected.add(change.seq)  # append-only-delete-is-rejected...
+            if split and seq.keys and change.code != "T":  # transaction-split-across-batches
+                key = _key(seq, change)
+                keys |= {key} if mine.count(key) > 1 or change.code == "B" else set()
+    return KnownGaps(frozenset(keys), frozenset(unrejected))
+
+
+def _key(seq: Sequence, change: Change) -> tuple[Any, ...]:
+    return tuple(change.values.get(k) for k in seq.keys)
+
+
+def _pinned(keys: tuple[str, ...], *rows: tuple[str, int, int, int]) -> Sequence:
+    """One row per transaction, all applied by one writer run."""
+    txns = tuple(transaction(row) for row in rows)
+    return Sequence("S000", keys, 2, txns, first_run=len(txns))
+
+
+KNOWN_WRITER_BUGS: dict[str, tuple[Sequence, int, str]] = {
+    "archive-keeps-the-row-upserted-earlier-in-the-batch": (
+        _pinned(("K1",), ("R", 1, 0, 1000), ("P", 1, 0, 1001)), 1,
+        "writer bug: an ARCHIVE after an upsert of the same key in one micro-batch keeps the "
+        "ARCHIVE's image (latest_per_key drops the upsert, the MERGE inserts the P row); "
+        "across batches it keeps the stored row: the result depends on batch boundaries",
+    ),
+    "append-only-delete-is-rejected-before-a-later-truncate": (
+        _pinned((), ("D", 1, 0, 1000), ("T", 1, 0, 1001)), 1,
+        "writer bug: on an append-only table a D/X/G row followed by a TRUNCATE in the same "
+        "micro-batch is dropped by the truncate filter before it is rejected (nothing in "
+        "_rejected); across batches it is rejected",
+    ),
+    "transaction-split-across-batches": (
+        Sequence("S000", ("K1",), 2, (transaction(("A", 2, 0, 1000), ("D", 1, 0, 1001),
+                                                  ("I", 1, 1, 1002)),), 1), 2,
+        "writer bug: when --max-offsets-per-trigger splits a transaction, its rows of one key "
+        "apply batch by batch (equal __change_time: the later batch wins) instead of the last "
+        "by (partition, offset): here D (p0, 2nd batch) deletes the I of p1 (1st batch); "
+        "also a P then keeps an image of its own transaction, a split B/U pair moves nothing",
+    ),
+}  # fmt: skip
+"""Minimal sequences of the bugs :func:`known_gaps` tolerates: (sequence, micro-batches per
+writer run, what goes wrong)."""
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def describe(seq: Sequence, positions: Mapping[int, Position] | None = None) -> str:
+    """The sequence, one change a line, for failure messages."""
+    keys = ",".join(seq.keys) or "none (append-only)"
+    runs = (f"a writer run after transaction {seq.first_run} and one at the end"
+            if seq.first_run < len(seq.transactions) else "one writer run at the end")  # fmt: skip
+    lines = [f"table {seq.name}: key {keys}, {seq.partitions} partitions, {runs}"]
+    for number, txn in enumerate(seq.transactions, 1):
+        lines.append(f"  txn {number} {'committed' if txn.committed else 'ABORTED'}:")
+        for change in txn.changes:
+            lines.append("    " + _describe_change(seq, change, (positions or {}).get(change.seq)))
+    return "\n".join(lines)
+
+
+def _describe_change(seq: Sequence, change: Change, position: Position | None) -> str:
+    shown = seq.columns if change.code != "T" else ("SEQ",)
+    text = f"{change.code} " + " ".join(f"{c}={change.values.get(c)!r}" for c in shown)
+    if change.code == "T":
+        text += f" scope={dict(change.scope) if change.scope else 'whole table'}"
+    if change.pair is not None:
+        text += f" pair={change.pair} rowid={change.rowid}"
+    where = "default" if change.partition is None else change.partition
+    landed = f" -> p{position[0]}@{position[1]}" if position else ""
+    return f"{text} partition={where}{landed}"
