@@ -120,3 +120,28 @@ def test_truncate_of_a_keyed_table_encodes_for_every_non_nullable_type():
     assert key == {"C1": 0, "C7": Decimal(0), "C8": date(1970, 1, 1)}
     for avro_schema, record in ((schema.to_avro_json(), row), (key_schema.to_avro_json(), key)):
         fastavro.schemaless_writer(io.BytesIO(), fastavro.parse_schema(avro_schema), record)
+
+
+def test_a_scoped_truncate_row_encodes_as_fastavro_would():
+    import io
+
+    import fastavro
+    import pyarrow as pa
+
+    from producer_lib.schema import AvroLong, AvroNVarchar, ValueSchema, create_truncate_row
+    from producer_lib.schema.encoder import AvroEncoder
+
+    schema = ValueSchema("T", "NS")
+    schema.add_field("ID", AvroLong(), nullable=False)
+    schema.add_field("REGION", AvroNVarchar(5))
+    schema.add_primary_key("ID")
+    row = {**create_truncate_row(schema, {"REGION": "EU"}), "__change_time": 5,
+           "__source_system": "TEST"}
+    avro = schema.to_avro_json()
+    table = pa.Table.from_pylist([row], schema=schema.get_pyarrow())  # __truncate: an Arrow map
+    [encoded] = AvroEncoder(avro).encode(table)
+    expected = io.BytesIO()
+    fastavro.schemaless_writer(expected, fastavro.parse_schema(avro), row)
+    assert encoded == expected.getvalue()
+    decoded = fastavro.schemaless_reader(io.BytesIO(encoded), fastavro.parse_schema(avro), None)
+    assert decoded["__truncate"] == {"REGION": "EU"} and decoded["__change_type"] == "T"
