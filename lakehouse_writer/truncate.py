@@ -53,7 +53,13 @@ def collect_truncates(df: DataFrame) -> list[Truncate]:
         .collect()
     )
     unique = {(r.t, tuple(sorted((r.s or {}).items()))) for r in rows}
-    return [Truncate(t, dict(scope)) for t, scope in sorted(unique)]
+    return [Truncate(t, dict(scope)) for t, scope in sorted(unique, key=_order)]
+
+
+def _order(item: tuple[int, tuple[tuple[str, str | None], ...]]) -> tuple:
+    """Oldest first; scopes in a stable order even where a value is NULL (``None``)."""
+    time_us, scope = item
+    return time_us, tuple((k, v is None, v or "") for k, v in scope)
 
 
 def unknown_columns(truncate: Truncate, columns: Mapping[str, DataType]) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lakehouse_writer.truncate import Truncate, compact
 
 
@@ -15,3 +17,15 @@ def test_latest_whole_table_truncate_covers_every_earlier_one():
 def test_scoped_truncates_alone_are_all_kept_once():
     log = [Truncate(30, {"A": "1"}), Truncate(10, {"A": "2"}), Truncate(30, {"A": "1"})]
     assert compact(log) == [Truncate(10, {"A": "2"}), Truncate(30, {"A": "1"})]
+
+
+@pytest.mark.spark
+def test_truncates_of_one_time_with_a_null_scope_value_are_ordered(spark):
+    from lakehouse_writer.truncate import collect_truncates
+
+    df = spark.createDataFrame(
+        [("T", 5, {"REGION": None}), ("T", 5, {"REGION": "A"}), ("T", 3, None)],
+        "__change_type STRING, t LONG, __truncate MAP<STRING, STRING>",
+    ).selectExpr("__change_type", "timestamp_micros(t) AS __change_time", "__truncate")
+    got = [(t.time_us, t.scope) for t in collect_truncates(df)]
+    assert got == [(3, {}), (5, {"REGION": "A"}), (5, {"REGION": None})]
