@@ -373,21 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         generate_table(args.generate, args.rows)
         return 0
     logging.basicConfig(level=logging.WARNING)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    layout, started_here = None, False
-    if not bootstrap:
-        from devstack import broker
+    from devstack import broker
 
-        started_here = broker.status() is None
-        layout = broker.up()
-        bootstrap = layout.bootstrap
-    try:
+    with broker.bootstrap_servers() as bootstrap:
         result = benchmark(bootstrap, args)
-    finally:
-        if started_here and layout is not None:
-            from devstack import broker
-
-            broker.down(layout)
     print("RESULT " + json.dumps(result))
     return 0
 

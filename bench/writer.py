@@ -380,17 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    layout, started_here = None, False
-    if not bootstrap:
-        started_here = broker.status() is None
-        layout = broker.up()
-        bootstrap = layout.bootstrap
-    try:
+    with broker.bootstrap_servers() as bootstrap:
         result = run(bootstrap, args)
-    finally:
-        if started_here and layout is not None:
-            broker.down(layout)
     print("RESULT " + json.dumps(result))
     return 0
 

@@ -12,6 +12,8 @@ import logging
 import os
 import subprocess
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,6 +132,28 @@ def down(layout: BrokerLayout | None = None) -> bool:
     """Stop the devstack broker; True if it was running. Other brokers are never touched."""
     layout = layout or BrokerLayout.default()
     return process.stop(layout.pid_file, str(layout.config))
+
+
+@contextmanager
+def bootstrap_servers(
+    start: Callable[[Callable[[], BrokerLayout]], BrokerLayout] | None = None,
+) -> Iterator[str]:
+    """The Kafka to use: ``KAFKA_BOOTSTRAP_SERVERS`` when set, else the devstack broker.
+
+    The devstack broker is reused when it runs, otherwise started here and stopped again on
+    exit. ``start(up)`` may wrap the start (e.g. to print progress); default: ``up()``.
+    """
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if configured:
+        yield configured
+        return
+    started_here = status() is None
+    layout = start(up) if start is not None else up()
+    try:
+        yield layout.bootstrap
+    finally:
+        if started_here:
+            down(layout)
 
 
 def _write_config(layout: BrokerLayout) -> None:

@@ -96,20 +96,13 @@ def _show_run(result: Any) -> None:
 
 @contextmanager
 def _broker() -> Iterator[str]:
+    from devstack import broker
+
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if configured:
         print(f"-> using Kafka at {configured} (KAFKA_BOOTSTRAP_SERVERS)")
-        yield configured
-        return
-    from devstack import broker
-
-    started_here = broker.status() is None
-    layout = _step("start the local Kafka broker (devstack)", broker.up)
-    try:
-        yield layout.bootstrap
-    finally:
-        if started_here:
-            _step("stop the local Kafka broker", lambda: broker.down(layout))
+    with broker.bootstrap_servers(lambda up: _step("start the local Kafka broker", up)) as kafka:
+        yield kafka
 
 
 def _writer(work: Path, bootstrap: str, run_id: str) -> None:

@@ -7,7 +7,6 @@ its end. There is no Docker engine on the machines this project targets, so no t
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,19 +20,10 @@ TopicFactory = Callable[..., str]
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """Bootstrap servers of a real broker with transactions enabled."""
-    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if configured:
-        yield configured
-        return
     from devstack import broker
 
-    started_here = broker.status() is None
-    layout = broker.up()
-    try:
-        yield layout.bootstrap
-    finally:
-        if started_here:
-            broker.down(layout)
+    with broker.bootstrap_servers() as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture(scope="session")
