@@ -126,5 +126,10 @@ class PendingCommit:
         """Call ``callback()`` once the transaction has committed (not if it fails)."""
         self._after.append(callback)
 
+    def committed(self) -> None:
+        """Run the :meth:`after_commit` callbacks (the producer calls this once committed)."""
+        for callback in self._after:
+            callback()
+
 
 CommitHook = Callable[[PendingCommit], None]

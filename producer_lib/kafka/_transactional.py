@@ -240,8 +240,7 @@ class TransactionalProducer:
         self._log.info("committed producer=%s commit_id=%s transaction_time=%d rows=%d",
                        self.transactional_id, commit_id, ledger.transaction_time,
                        ledger.rows)  # fmt: skip
-        for callback in pending._after:
-            callback()
+        pending.committed()
         return commit_id
 
     @property

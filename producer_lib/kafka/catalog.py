@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from producer_lib.errors import ConfigError, ProduceError, SchemaError
-from producer_lib.kafka.topics import SCHEMAS_TOPIC, ensure_topic
+from producer_lib.kafka.topics import COMPACTED, SCHEMAS_TOPIC, ensure_topic
 from producer_lib.schema.framing import confluent_header, schema_fingerprint, single_object_header
 from producer_lib.settings import KafkaSettings, SchemaRegistrySettings
 
@@ -39,7 +39,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SchemaKind = Literal["key", "value"]
-_SCHEMAS_CONFIG = {"cleanup.policy": "compact"}  # one record per fingerprint, kept forever
 _CATALOG_PRODUCER = {
     "enable.idempotence": True,  # a retried send must not duplicate a schema record
     "acks": "all",  # a schema must be durable before rows that need it are sent
@@ -121,7 +120,7 @@ class EmbeddedCatalog:
         if self._producer is None:
             conf = self._settings.to_librdkafka()
             admin = AdminClient(conf)
-            ensure_topic(admin, self._topic, 1, config=_SCHEMAS_CONFIG,
+            ensure_topic(admin, self._topic, 1, config=COMPACTED,  # a record per fingerprint
                          replication_factor=self._settings.topic_replication_factor,
                          timeout_s=self._settings.connect_timeout_s)  # fmt: skip
             self._producer = Producer({**conf, **_CATALOG_PRODUCER})

@@ -249,8 +249,11 @@ class FunctionRunner:
         hook = self._commit_hook(run, producer)
         producer.add_commit_hook(hook)
         try:
-            await (self.initial_load if load == "initial" else self.delta_load)(producer, reader)
-            producer.remove_commit_hook(hook)
+            try:
+                await (self.initial_load if load == "initial" else self.delta_load)(producer,
+                                                                                  reader)
+            finally:  # the run's own records below commit without the hook
+                producer.remove_commit_hook(hook)
             if producer.has_open_transaction:
                 raise ProduceError("the load produced rows but did not commit them; call "
                                    "producer.commit() at its end (they were aborted)")  # fmt: skip
@@ -258,10 +261,8 @@ class FunctionRunner:
                 self._log_record(producer, run, "COMPLETED", pointer=run.staged_pointer)
             return self._result(run, "COMPLETED")
         except Exception as exc:
-            producer.remove_commit_hook(hook)
             raise self._failed(producer, run, exc) from exc
         finally:
-            producer.remove_commit_hook(hook)
             _current.reset(token)
 
     def _start(
