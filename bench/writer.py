@@ -1,6 +1,7 @@
 """Benchmark: the lakehouse writer against a plain Spark append, and its commit latency.
 
-Run: ``.venv/bin/python bench/writer.py [--rows N] [--changes M] [--commits K] [--no-merge]``
+Run: ``.venv/bin/python bench/writer.py [--rows N] [--changes M] [--commits K] [--no-merge]
+[--verbose]``
 
 The real producer (``produce_from_duckdb``) writes TPC-H lineitem rows (DuckDB ``dbgen``) to a
 fresh 3-partition topic. One ``local[2]`` SparkSession (the writer's) is started first and
@@ -368,6 +369,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--commits", type=int, default=50, help="small commits timed in (d)")
     parser.add_argument("--no-merge", dest="merge", action="store_false",
                         help="skip (m), the initial load with the REPLACE fast path off")
+    parser.add_argument("--verbose", action="store_true",
+                        help="log the writer's own lines (per batch and table, with times)")
     # fmt: on
     args = parser.parse_args(argv)
     updates, inserts, deletes = change_counts(args.changes)
@@ -380,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
+    if args.verbose:
+        logging.getLogger("lakehouse_writer").setLevel(logging.INFO)
     with broker.bootstrap_servers() as bootstrap:
         result = run(bootstrap, args)
     print("RESULT " + json.dumps(result))

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from lakehouse_writer import txn
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
+from producer_lib.schema import TECHNICAL_FIELDS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -44,6 +45,8 @@ UPSERT_TYPES = ("I", "U", "A", "R")
 DELETE_TYPES = ("D", "X", "G")
 KNOWN_TYPES = (*UPSERT_TYPES, *DELETE_TYPES, "B", "P", "T")
 ACTION = "__action"
+BASE, BASE_TIME = "__base", "__base_time"
+_TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 _ORDER = ("__change_time", "partition", "offset")
 
 
@@ -77,7 +80,8 @@ def apply_batch(
     """Apply one micro-batch's decoded rows of one table; a replay of ``batch_id`` is a no-op.
 
     Args:
-        df: Decoded rows of this table (see the module docstring for the columns).
+        df: Decoded rows of this table (see the module docstring for the columns); persist it
+            when it is expensive to compute: every step reads it.
         batch_id: The micro-batch id (monotonic per checkpoint).
         table: The target table, already created/evolved for these rows.
         instance_id: The writer instance id (from the checkpoint), for Delta txnAppId.
@@ -87,25 +91,69 @@ def apply_batch(
 
     spark = df.sparkSession
     app_id = txn.app_id_for(instance_id, table.ref.qualified)
-    counts = {r[0]: r[1] for r in df.groupBy("__change_type").count().collect()}
-    truncates, bad_truncates = _split_truncates(collect_truncates(df), table)
+    summary = summarize_rows(df, table)
+    counts = summary.counts
+    found = collect_truncates(df) if counts.get("T") else []
+    truncates, bad_truncates = _split_truncates(found, table)
+    rejected = _unknown_type_rows(df, table, bad_truncates, counts)
+    if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
+        rejected = _union(rejected, _refused_rows(df, table, counts))
     if truncates:
         version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
         _delete_truncated(spark, table, truncates, app_id, version)
     covering = [*truncates, *applied_truncates]
-    rows = df.filter(F.col("__change_type") != "T").filter(~truncated(covering, table.columns))
-    rejected = _unknown_type_rows(df, table, bad_truncates)
+    rows = df.filter(F.col("__change_type") != "T")
+    if covering:
+        rows = rows.filter(~truncated(covering, table.columns))
+    fast = False
     if table.append_only:
-        rejected = _union(rejected, _append_only(rows, table, app_id, batch_id))
-        fast = False
+        if any(counts.get(c) for c in UPSERT_TYPES):
+            _append(rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id,
+                    batch_id)  # fmt: skip
     else:
-        fast = _merge_or_append(rows, table, app_id, batch_id, truncates, counts)
+        fast = _merge_or_append(rows, table, app_id, batch_id, truncates, summary)
     purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
     log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s version=%d",
              table.ref.qualified, batch_id, counts, len(truncates), fast, version)  # fmt: skip
     return ApplyResult(table.ref.qualified, counts, tuple(truncates), fast, purged, version,
                        rejected)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """One aggregate pass over a table's batch rows.
+
+    Attributes:
+        counts: Rows per ``__change_type`` (None for a null type).
+        key_range: Lowest and highest value of the first key column over the rows that are
+            not TRUNCATEs (whose key fields hold placeholders); None when there is no key, no
+            such row, or one of them has a NULL there. The MERGE restricts the target to it,
+            so Delta skips the data files outside it.
+    """
+
+    counts: dict[str | None, int]
+    key_range: tuple[object, object] | None
+
+
+def summarize_rows(df: DataFrame, table: TableInfo) -> RowSummary:
+    """Counts per change type and the first key column's range, in one job."""
+    from pyspark.sql import functions as F
+
+    if not table.keys:
+        return RowSummary({r[0]: r[1] for r in df.groupBy("__change_type").count().collect()},
+                          None)  # fmt: skip
+    first = F.col(_q(table.keys[0]))
+    found = df.groupBy("__change_type").agg(
+        F.count(F.lit(1)).alias("n"), F.count(first).alias("valued"),
+        F.min(first).alias("lo"), F.max(first).alias("hi"),
+    ).collect()  # fmt: skip
+    counts = {r[0]: r["n"] for r in found}
+    keyed = [r for r in found if r[0] != "T"]
+    if not keyed or any(r["valued"] < r["n"] for r in keyed):  # a NULL key matches NULL only
+        return RowSummary(counts, None)
+    key_range = (min(r["lo"] for r in keyed), max(r["hi"] for r in keyed))
+    return RowSummary(counts, key_range)
 
 
 def _split_truncates(
@@ -125,9 +173,16 @@ def _delete_truncated(
 
 
 def _unknown_type_rows(
-    df: DataFrame, table: TableInfo, bad_truncates: list[Truncate]
+    df: DataFrame, table: TableInfo, bad_truncates: list[Truncate], counts: dict[str | None, int]
 ) -> DataFrame | None:
+    """Rows of unknown (or null) change types and of TRUNCATEs naming unknown columns.
+
+    None when there are none (no frame to union into ``_rejected``).
+    """
     from pyspark.sql import functions as F
+
+    if not bad_truncates and all(c in KNOWN_TYPES for c in counts):
+        return None
 
     bad = ~F.col("__change_type").isin(*KNOWN_TYPES) | F.col("__change_type").isNull()
     error = F.concat(F.lit("unknown __change_type "), F.coalesce("__change_type", F.lit("null")))
@@ -141,19 +196,21 @@ def _unknown_type_rows(
     return rejected_rows(df.filter(bad), error, table.ref.qualified)
 
 
-def _append_only(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> DataFrame:
+def _refused_rows(
+    df: DataFrame, table: TableInfo, counts: dict[str | None, int]
+) -> DataFrame | None:
+    """Rows an append-only table cannot apply (D/X/G/B/P need a key); None when none."""
     from pyspark.sql import functions as F
 
-    appends = rows.filter(F.col("__change_type").isin(*UPSERT_TYPES))
-    _append(appends, table, app_id, batch_id)
-    refused = rows.filter(~F.col("__change_type").isin(*UPSERT_TYPES)).filter(
-        F.col("__change_type").isin(*KNOWN_TYPES)
-    )
+    refused = [c for c in KNOWN_TYPES if c not in (*UPSERT_TYPES, "T") and counts.get(c)]
+    if not refused:
+        return None
     message = F.concat(
         F.lit("table has no primary key (append-only): row type "), F.col("__change_type"),
         F.lit(" needs a key; only I/U/A/R/T apply. Add a primary key to the flow's schema."),
     )  # fmt: skip
-    return rejected_rows(refused, message, table.ref.qualified)
+    return rejected_rows(df.filter(F.col("__change_type").isin(*refused)), message,
+                         table.ref.qualified)  # fmt: skip
 
 
 def _append(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> None:
@@ -173,19 +230,27 @@ def _merge_or_append(
     app_id: str,
     batch_id: int,
     truncates: list[Truncate],
-    counts: dict[str, int],
+    summary: RowSummary,
 ) -> bool:
-    from pyspark.sql import functions as F
-
-    actions = _with_actions(rows, table, counts)
-    latest = latest_per_key(actions, table.keys)
+    counts = summary.counts
     only_upserts = not any(counts.get(c) for c in (*DELETE_TYPES, "B", "P"))
     if only_upserts and any(t.unscoped for t in truncates) and _is_empty(rows, table):
-        _append(latest.filter(F.col(ACTION) == "upsert"), table, app_id, batch_id)
+        unique = unique_keys(rows, table.keys)  # a reload rarely repeats a key: no sort then
+        _append(rows if unique else latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True
     if any(counts.get(c) for c in (*UPSERT_TYPES, *DELETE_TYPES, "B", "P")):
-        _merge(latest, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS))
+        actions = _with_actions(rows, table, counts)
+        latest = latest_per_key(actions, table.keys, _payload(table))
+        _merge(latest, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS), summary.key_range)
     return False
+
+
+def unique_keys(rows: DataFrame, keys: tuple[str, ...]) -> bool:
+    """True when no key occurs twice in ``rows`` (an aggregate over the key columns only)."""
+    from pyspark.sql import functions as F
+
+    repeated = rows.groupBy(*[F.col(_q(k)) for k in keys]).count().filter(F.col("count") > 1)
+    return repeated.isEmpty()
 
 
 def _with_actions(rows: DataFrame, table: TableInfo, counts: dict[str, int]) -> DataFrame:
@@ -223,16 +288,53 @@ def moved_keys(rows: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     )
 
 
-def latest_per_key(rows: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """One row per key: the last by (``__change_time``, partition, offset)."""
+def latest_per_key(
+    rows: DataFrame, keys: tuple[str, ...], payload: Sequence[str] | None = None
+) -> DataFrame:
+    """One row per key: the last by (``__change_time``, partition, offset).
+
+    Within one transaction the last row wins outright (DESIGN), so the rows of the last
+    row's transaction before it do not count. With ``payload`` (the table's non-technical
+    columns) ``rows`` carry an ``__action``, and a last row that archives (``P``) after an
+    upsert or delete of its key by an earlier transaction in ``rows`` is folded with that
+    row (the latest one that does not archive), so the result does not depend on where
+    micro-batches end:
+
+    - after an upsert: action ``upsert_archive``, the upsert's payload with the archive's
+      technical fields (the archive keeps the payload it finds);
+    - after a delete: action ``delete_archive``, the archive's own image (it finds no row);
+
+    and ``__base_time`` holds the folded row's ``__change_time``: the MERGE applies the fold
+    only over stored rows that are not newer than it, else it archives the stored row.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    window = Window.partitionBy(*[F.col(_q(k)) for k in keys]).orderBy(
-        *[F.col(c).desc() for c in _ORDER]
-    )
-    return rows.withColumn("__rank", F.row_number().over(window)).filter("__rank = 1").drop(
-        "__rank"
+    by_key = Window.partitionBy(*[F.col(_q(k)) for k in keys])
+    ordered = by_key.orderBy(*[F.col(c).desc() for c in _ORDER])
+    ranked = rows.withColumn("__rank", F.row_number().over(ordered))
+    if payload is None:
+        return ranked.filter("__rank = 1").drop("__rank")
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    last_time = F.first(F.col("__change_time")).over(whole)  # the last row's transaction
+    acts = (F.col(ACTION) != "archive") & (F.col("__change_time") < last_time)
+    base_fields = [F.col(_q(c)) for c in payload if c in rows.columns]
+    base = F.struct(*base_fields, F.col("__change_time"), F.col(ACTION))
+    last = ranked.withColumn(BASE, F.first(F.when(acts, base), ignorenulls=True).over(whole))
+    last = last.filter("__rank = 1").drop("__rank")
+    folded = (F.col(ACTION) == "archive") & F.col(BASE).isNotNull()
+    take_base = folded & (F.col(f"{BASE}.{ACTION}") == "upsert")
+    columns = [
+        F.when(take_base, F.col(f"{BASE}.{_q(c)}")).otherwise(F.col(_q(c))).alias(c)
+        if c in set(payload) else F.col(_q(c))
+        for c in rows.columns
+        if c != ACTION
+    ]
+    action = F.when(folded, F.concat(F.col(f"{BASE}.{ACTION}"), F.lit("_archive")))
+    return last.select(
+        *columns,
+        action.otherwise(F.col(ACTION)).alias(ACTION),
+        F.when(folded, F.col(f"{BASE}.__change_time")).alias(BASE_TIME),
     )
 
 
@@ -248,25 +350,42 @@ def conform(rows: DataFrame, table: TableInfo, extra: tuple[str, ...] = ()) -> D
     return rows.select(*columns, *[F.col(c) for c in extra])
 
 
-def _merge(latest: DataFrame, table: TableInfo, app_id: str, version: int) -> None:
+def _merge(
+    latest: DataFrame, table: TableInfo, app_id: str, version: int,
+    key_range: tuple[object, object] | None = None,
+) -> None:  # fmt: skip
+    """One MERGE of the per-key rows (see :func:`latest_per_key` for the actions)."""
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     spark = latest.sparkSession
-    source = conform(latest, table, extra=(ACTION,)).alias("s")
-    on = " AND ".join(f"t.{_q(k)} <=> s.{_q(k)}" for k in table.keys)
+    source = conform(latest, table, extra=(ACTION, BASE_TIME)).alias("s")
+    on = _all([F.col(f"t.{_q(k)}").eqNullSafe(F.col(f"s.{_q(k)}")) for k in table.keys])
+    if key_range is not None:  # a target-only predicate: Delta skips files outside the range
+        first = table.keys[0]
+        lo, hi = (F.lit(v).cast(table.columns[first]) for v in key_range)
+        on = on & F.col(f"t.{_q(first)}").between(lo, hi)
     newer = "s.`__change_time` >= t.`__change_time`"
+    base_newer = f"s.{BASE_TIME} >= t.`__change_time`"
     every = {_q(c): f"s.{_q(c)}" for c in table.columns}
-    technical = {k: v for k, v in every.items() if k.startswith("`__")}
+    technical = {k: v for k, v in every.items() if k.strip("`") in _TECHNICAL}
+    folds = "('upsert_archive', 'delete_archive')"
     with txn.delta_txn(spark, app_id, version):
         (
             DeltaTable.forPath(spark, table.path).alias("t")
             .merge(source, on)
             .whenMatchedDelete(f"s.{ACTION} = 'delete' AND {newer}")
-            .whenMatchedUpdate(f"s.{ACTION} = 'archive' AND {newer}", set=technical)
-            .whenMatchedUpdate(f"s.{ACTION} = 'upsert' AND {newer}", set=every)
-            .whenNotMatchedInsert(f"s.{ACTION} IN ('upsert', 'archive')", values=every)
+            .whenMatchedUpdate(f"(s.{ACTION} = 'upsert' AND {newer}) OR "
+                               f"(s.{ACTION} IN {folds} AND {base_newer})", set=every)
+            .whenMatchedUpdate(f"s.{ACTION} IN ('archive', 'upsert_archive', 'delete_archive') "
+                               f"AND {newer}", set=technical)
+            .whenNotMatchedInsert(f"s.{ACTION} != 'delete'", values=every)
             .execute()
         )  # fmt: skip
+
+
+def _payload(table: TableInfo) -> list[str]:
+    return [c for c in table.columns if c not in _TECHNICAL]
 
 
 def _is_empty(rows: DataFrame, table: TableInfo) -> bool:

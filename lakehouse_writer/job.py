@@ -177,12 +177,11 @@ class BatchProcessor:
         data = df.filter(F.col("topic").isin(*data_topics))
         tags = set().union(*(headers[t] for t in data_topics))
         decoded = decode_batch(data, self._catalog, self._tables, stopped, tags)
+        self._persisted += decoded.cached  # decoded once, read by every step of the apply
         changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
         results: list[ApplyResult] = []
         rejected = list(decoded.rejected)
         for ref, (info, rows) in decoded.tables.items():
-            rows = rows.persist()  # decoded once, read by every step of the apply
-            self._persisted.append(rows)
             try:
                 applied = self._truncates.of(ref.qualified)
                 result = apply_batch(rows, batch_id, info, self._instance, applied)
@@ -267,7 +266,8 @@ def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[
 
     Returns:
         The highest offset of each (topic, partition), and the header tags
-        (:func:`~lakehouse_writer.read.header_column`) seen per topic.
+        (:func:`~lakehouse_writer.read.header_column`) seen per topic, None for rows
+        without a header.
     """
     from pyspark.sql import functions as F
 
@@ -278,9 +278,7 @@ def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[
     for r in rows:
         key = (r.topic, int(r.partition))
         offsets[key] = max(int(r.o), offsets.get(key, -1))
-        tags = headers.setdefault(r.topic, set())
-        if r[HEADER] is not None:
-            tags.add(r[HEADER])
+        headers.setdefault(r.topic, set()).add(r[HEADER])
     return offsets, headers
 
 

@@ -38,13 +38,17 @@ class DecodedBatch:
 
     Attributes:
         tables: Per table: its (created/evolved) Delta table and its decoded rows.
-        rejected: ``_rejected`` rows (decode errors, schema evolution errors).
+        rejected: ``_rejected`` rows (decode errors, schema evolution errors); only frames
+            that hold rows.
         errors: Table-level errors of this batch, by table (``namespace.name``).
+        cached: Frames persisted by the decode (one per writer schema); the caller unpersists
+            them once the batch is written.
     """
 
     tables: dict[TableRef, tuple[TableInfo, DataFrame]] = field(default_factory=dict)
     rejected: list[DataFrame] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    cached: list[DataFrame] = field(default_factory=list)
 
 
 def header_column() -> Column:
@@ -82,19 +86,24 @@ def decode_batch(
         tables: Creates/evolves the target tables.
         stopped: Tables stopped by a schema error, with the error; their rows are rejected.
             A table stopped by this batch is added.
-        headers: The distinct non-null header tags of ``df`` when already known (saves a
-            pass over the batch); None to find them here.
+        headers: The distinct header tags of ``df`` (None for rows without a header) when
+            already known (saves a pass over the batch); None to find them here.
     """
     from pyspark.sql import functions as F
 
     tagged = df.withColumn(HEADER, header_column())
     if headers is None:
-        headers = {r[0] for r in tagged.select(HEADER).distinct().collect() if r[0] is not None}
-    entries = resolve(headers, catalog)
+        headers = {r[0] for r in tagged.select(HEADER).distinct().collect()}
+    tags = {h for h in headers if h is not None}
+    entries = resolve(tags, catalog)
     out = DecodedBatch()
-    out.rejected.append(rejected_rows(tagged.filter(F.col(HEADER).isNull()), _NO_HEADER, None))
-    unknown = tagged.filter(F.col(HEADER).isin(*(headers - entries.keys())))
-    out.rejected.append(rejected_rows(unknown, F.concat(F.lit(_UNKNOWN), F.col(HEADER)), None))
+    if None in headers:
+        out.rejected.append(rejected_rows(tagged.filter(F.col(HEADER).isNull()), _NO_HEADER,
+                                          None))  # fmt: skip
+    if tags - entries.keys():
+        unknown = tagged.filter(F.col(HEADER).isin(*(tags - entries.keys())))
+        out.rejected.append(rejected_rows(unknown, F.concat(F.lit(_UNKNOWN), F.col(HEADER)),
+                                          None))  # fmt: skip
     for tag, entry in sorted(entries.items()):
         _decode_one(tagged.filter(F.col(HEADER) == tag), tag, entry, tables, stopped, out)
     return out
@@ -126,9 +135,12 @@ def _decode_one(
     except LakehouseWriterError as exc:
         _stop(rows, ref, exc, stopped, out)
         return
-    decoded, failed = decode_rows(rows, tag, entry.schema_json, schema)
-    error = f"cannot decode the Avro body ({tag})"
-    out.rejected.append(rejected_rows(failed, error, ref.qualified))
+    parsed = parse_rows(rows, tag, entry.schema_json).persist()
+    out.cached.append(parsed)
+    decoded, failed = split_parsed(parsed, schema)
+    if failed.count():  # the pass that decodes (and caches) every row of this schema
+        out.rejected.append(rejected_rows(failed, f"cannot decode the Avro body ({tag})",
+                                          ref.qualified))  # fmt: skip
     previous = out.tables.get(ref)
     if previous is not None:
         decoded = previous[1].unionByName(decoded, allowMissingColumns=True)
@@ -165,12 +177,27 @@ def decode_rows(
     rows: DataFrame, tag: str, schema_json: str, schema: ValueSchema
 ) -> tuple[DataFrame, DataFrame]:
     """(decoded rows by original names, rows whose bytes did not decode)."""
+    return split_parsed(parse_rows(rows, tag, schema_json), schema)
+
+
+def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
+    """``rows`` with the decoded value ``__r`` (null when the bytes do not decode).
+
+    Persist the result when both sides of :func:`split_parsed` are read: each side then
+    scans the cache instead of decoding every row again.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
     body = F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
-    parsed = rows.withColumn("__r", from_avro(body, schema_json, {"mode": "PERMISSIVE"}))
+    return rows.withColumn("__r", from_avro(body, schema_json, {"mode": "PERMISSIVE"}))
+
+
+def split_parsed(parsed: DataFrame, schema: ValueSchema) -> tuple[DataFrame, DataFrame]:
+    """(decoded rows by original names, rows whose bytes did not decode) of ``parse_rows``."""
+    from pyspark.sql import functions as F
+
     ok = F.col("__r").isNotNull() & F.col("__r.__change_type").isNotNull()
     payload = [F.col(f"__r.`{f.avro_name}`").alias(f.name) for f in schema.fields.values()]
     technical = [F.col(f"__r.`{f.name}`").alias(f.name) for f in TECHNICAL_FIELDS]

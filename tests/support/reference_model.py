@@ -312,34 +312,26 @@ class KnownGaps:
 
     Attributes:
         keys: Keys whose rows are not compared.
-        unrejected: SEQs of append-only refusals that may be missing from ``_rejected``.
     """
 
     keys: frozenset[tuple[Any, ...]] = frozenset()
-    unrejected: frozenset[int] = frozenset()
 
 
 def known_gaps(seq: Sequence, split: bool) -> KnownGaps:
     """Where the known writer bugs (:data:`KNOWN_WRITER_BUGS`) can show in ``seq``; ``split``:
     the writer's micro-batches were capped, so transactions may span batches."""
     keys: set[tuple[Any, ...]] = set()
-    unrejected: set[int] = set()
-    committed = [(i < seq.first_run, t) for i, t in enumerate(seq.transactions) if t.committed]
-    for n, (run, txn) in enumerate(committed):
-        earlier = [t for r, t in committed[:n] if r == run]
-        truncated_later = any(c.code == "T" for r, t in committed[n + 1 :] if r == run
-                              for c in t.changes)  # fmt: skip
-        touched = {_key(seq, c) for t in earlier for c in t.changes if c.code != "T"}
+    if not (split and seq.keys):
+        return KnownGaps()
+    for txn in seq.transactions:
+        if not txn.committed:
+            continue
         mine = [_key(seq, c) for c in txn.changes if c.code != "T"]
         for change in txn.changes:
-            if seq.keys and change.code == "P" and _key(seq, change) in touched:
-                keys.add(_key(seq, change))  # archive-keeps-the-row-upserted-earlier...
-            if not seq.keys and change.code in DELETES and truncated_later:
-                unrejected.add(change.seq)  # append-only-delete-is-rejected...
-            if split and seq.keys and change.code != "T":  # transaction-split-across-batches
+            if change.code != "T":  # transaction-split-across-batches
                 key = _key(seq, change)
                 keys |= {key} if mine.count(key) > 1 or change.code == "B" else set()
-    return KnownGaps(frozenset(keys), frozenset(unrejected))
+    return KnownGaps(frozenset(keys))
 
 
 def _key(seq: Sequence, change: Change) -> tuple[Any, ...]:
@@ -352,19 +344,30 @@ def _pinned(keys: tuple[str, ...], *rows: tuple[str, int, int, int]) -> Sequence
     return Sequence("S000", keys, 2, txns, first_run=len(txns))
 
 
+FIXED_WRITER_BUGS: dict[str, Sequence] = {
+    # an ARCHIVE after an upsert of its key in one micro-batch kept the ARCHIVE's image
+    "archive-after-upsert-in-one-batch": _pinned(("K1",), ("R", 1, 0, 1000), ("P", 1, 0, 1001)),
+    # ... and after a delete in one batch it archived the stored row instead of inserting
+    "archive-after-delete-in-one-batch": _pinned(
+        ("K1",), ("I", 1, 0, 1000), ("D", 1, 0, 1001), ("P", 1, 0, 1002)
+    ),
+    "archive-after-upsert-and-archive": _pinned(
+        ("K1",), ("I", 1, 0, 1000), ("P", 1, 0, 1001), ("U", 1, 0, 1002), ("P", 1, 0, 1003)
+    ),
+    # the random test's counterpart: in one transaction the last row wins outright, so an
+    # ARCHIVE after an upsert of its own transaction archives what was stored before it
+    "archive-after-upsert-of-its-own-transaction": Sequence("S000", ("K1",), 2, (
+        transaction(("I", 1, 0, 1000)),
+        transaction(("A", 1, 0, 1001), ("P", 1, 0, 1002)),
+        transaction(("T", 1, 0, 1003), ("A", 2, 0, 1004), ("P", 2, 0, 1005)),
+    ), 3),
+    # on an append-only table a D before a TRUNCATE in one batch never reached _rejected
+    "append-only-delete-before-a-truncate": _pinned((), ("D", 1, 0, 1000), ("T", 1, 0, 1001)),
+}
+"""Minimal sequences of writer bugs found by the random test and fixed; each runs strictly,
+all in one micro-batch (where the bugs showed)."""
+
 KNOWN_WRITER_BUGS: dict[str, tuple[Sequence, int, str]] = {
-    "archive-keeps-the-row-upserted-earlier-in-the-batch": (
-        _pinned(("K1",), ("R", 1, 0, 1000), ("P", 1, 0, 1001)), 1,
-        "writer bug: an ARCHIVE after an upsert of the same key in one micro-batch keeps the "
-        "ARCHIVE's image (latest_per_key drops the upsert, the MERGE inserts the P row); "
-        "across batches it keeps the stored row: the result depends on batch boundaries",
-    ),
-    "append-only-delete-is-rejected-before-a-later-truncate": (
-        _pinned((), ("D", 1, 0, 1000), ("T", 1, 0, 1001)), 1,
-        "writer bug: on an append-only table a D/X/G row followed by a TRUNCATE in the same "
-        "micro-batch is dropped by the truncate filter before it is rejected (nothing in "
-        "_rejected); across batches it is rejected",
-    ),
     "transaction-split-across-batches": (
         Sequence("S000", ("K1",), 2, (transaction(("A", 2, 0, 1000), ("D", 1, 0, 1001),
                                                   ("I", 1, 1, 1002)),), 1), 2,
