@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse_writer import txn
 from lakehouse_writer.system_tables import rejected_rows
+from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
 
@@ -91,31 +92,41 @@ def apply_batch(
 
     spark = df.sparkSession
     app_id = txn.app_id_for(instance_id, table.ref.qualified)
-    summary = summarize_rows(df, table)
-    counts = summary.counts
-    found = collect_truncates(df) if counts.get("T") else []
+    steps = Steps()
+    with steps("summary"):
+        summary = summarize_rows(df, table)
+        counts = summary.counts
+        found = collect_truncates(df) if counts.get("T") else []
     truncates, bad_truncates = _split_truncates(found, table)
     rejected = _unknown_type_rows(df, table, bad_truncates, counts)
     if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
         rejected = _union(rejected, _refused_rows(df, table, counts))
+    empty = None  # whether the table holds no rows, where known
     if truncates:
-        version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
-        _delete_truncated(spark, table, truncates, app_id, version)
+        with steps("truncate"):
+            empty = _is_empty(spark, table)  # a first load's TRUNCATE has nothing to delete
+            if not empty:
+                version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
+                _delete_truncated(spark, table, truncates, app_id, version)
+                empty = None
     covering = [*truncates, *applied_truncates]
     rows = df.filter(F.col("__change_type") != "T")
     if covering:
         rows = rows.filter(~truncated(covering, table.columns))
     fast = False
-    if table.append_only:
-        if any(counts.get(c) for c in UPSERT_TYPES):
-            _append(rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id,
-                    batch_id)  # fmt: skip
-    else:
-        fast = _merge_or_append(rows, table, app_id, batch_id, truncates, summary)
-    purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
+    with steps("rows"):
+        if table.append_only:
+            if any(counts.get(c) for c in UPSERT_TYPES):
+                _append(rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id,
+                        batch_id)  # fmt: skip
+        else:
+            fast = _merge_or_append(rows, table, app_id, batch_id, truncates, summary, empty)
+    with steps("purge"):
+        purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
-    log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s version=%d",
-             table.ref.qualified, batch_id, counts, len(truncates), fast, version)  # fmt: skip
+    log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s version=%d "
+             "steps=%s", table.ref.qualified, batch_id, counts, len(truncates), fast, version,
+             steps)  # fmt: skip
     return ApplyResult(table.ref.qualified, counts, tuple(truncates), fast, purged, version,
                        rejected)  # fmt: skip
 
@@ -231,10 +242,12 @@ def _merge_or_append(
     batch_id: int,
     truncates: list[Truncate],
     summary: RowSummary,
+    empty: bool | None,
 ) -> bool:
     counts = summary.counts
     only_upserts = not any(counts.get(c) for c in (*DELETE_TYPES, "B", "P"))
-    if only_upserts and any(t.unscoped for t in truncates) and _is_empty(rows, table):
+    reload = only_upserts and any(t.unscoped for t in truncates)
+    if reload and (empty if empty is not None else _is_empty(rows.sparkSession, table)):
         unique = unique_keys(rows, table.keys)  # a reload rarely repeats a key: no sort then
         _append(rows if unique else latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True
@@ -388,8 +401,8 @@ def _payload(table: TableInfo) -> list[str]:
     return [c for c in table.columns if c not in _TECHNICAL]
 
 
-def _is_empty(rows: DataFrame, table: TableInfo) -> bool:
-    return bool(rows.sparkSession.read.format("delta").load(table.path).isEmpty())
+def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
+    return bool(spark.read.format("delta").load(table.path).isEmpty())
 
 
 def _purge(spark: SparkSession, table: TableInfo) -> bool:

@@ -24,11 +24,12 @@ from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.read import HEADER, decode_batch, header_column
+from lakehouse_writer.read import HEADER, decode_batch, header_column, with_raw_bytes
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, write_status
 from lakehouse_writer.system_tables import REJECTED, append_system, log_rows, rejected_rows
 from lakehouse_writer.tables import TableManager
+from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import TRUNCATE_LOG_SCHEMA, TruncateLog
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ _SOURCE_DEFAULTS = {
     "kafka.isolation.level": "read_committed",  # never apply rows of open/aborted transactions
     "failOnDataLoss": "true",  # a lost offset range must stop the writer, not skip rows
     "includeHeaders": "false",
+    # A fetch at the end of a partition waits this long for more data; at the consumer's
+    # default (500 ms) every micro-batch paid about 1 s just for reaching its end offsets.
+    "kafka.fetch.max.wait.ms": "10",
 }
 _STOP_WAIT_S = 60.0  # bound on waiting for Spark to record the last batch on a stop
 _BAD_RECORD_SCHEMA = "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, " \
@@ -117,25 +121,29 @@ class BatchProcessor:
             if batch_id <= self.state.last_batch:
                 log.info("batch skipped batch=%d reason=already applied (in %s)", batch_id, STATE)
                 return
-            self._process(df.persist(), batch_id)
+            self._process(tagged(df).persist(), batch_id)
 
     def _process(self, df: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
+        started, steps = time.monotonic(), Steps()
         try:
-            offsets, headers = summarize(df)
+            with steps("offsets"):
+                offsets, headers = summarize(df)
             changes = BatchChanges(offsets=offsets)
             topics = {topic for topic, _ in offsets}
-            commits, bad = self._read_commits(df, topics)
-            results, rejected = self._apply_data(df, batch_id, headers, changes)
-            self._write_rejected([*rejected, *bad], batch_id)
-            self._write_truncates(batch_id)
-            self._write_logs(df, batch_id, topics)
-            self._write_commits(batch_id, commits, changes)
-            self._store.append(changes, batch_id)
-            self.state.apply(changes, batch_id)
-            if (batch_id + 1) % COMPACT_EVERY == 0:
-                self._store.compact(self.state)
-            self._finish(batch_id, results, started)
+            with steps("commits"):
+                commits, bad = self._read_commits(df, topics)
+            results, rejected = self._apply_data(df, batch_id, headers, changes, steps)
+            with steps("system"):
+                self._write_rejected([*rejected, *bad], batch_id, df)
+                self._write_truncates(batch_id)
+                self._write_logs(df, batch_id, topics)
+                self._write_commits(batch_id, commits, changes)
+            with steps("state"):
+                self._store.append(changes, batch_id)
+                self.state.apply(changes, batch_id)
+                if (batch_id + 1) % COMPACT_EVERY == 0:
+                    self._store.compact(self.state)
+            self._finish(batch_id, results, started, steps)
         finally:
             for frame in self._persisted:
                 frame.unpersist()
@@ -166,8 +174,9 @@ class BatchProcessor:
         return records, [rejected_rows(frame, F.col("error"), COMMITS)]
 
     def _apply_data(
-        self, df: DataFrame, batch_id: int, headers: dict[str, set[str]], changes: BatchChanges
-    ) -> tuple[list[ApplyResult], list[DataFrame]]:
+        self, df: DataFrame, batch_id: int, headers: dict[str | None, set[str]],
+        changes: BatchChanges, steps: Steps,
+    ) -> tuple[list[ApplyResult], list[DataFrame]]:  # fmt: skip
         from pyspark.sql import functions as F
 
         data_topics = sorted(headers.keys() - self._system_topics)
@@ -176,7 +185,8 @@ class BatchProcessor:
         stopped = dict(self.state.stopped)
         data = df.filter(F.col("topic").isin(*data_topics))
         tags = set().union(*(headers[t] for t in data_topics))
-        decoded = decode_batch(data, self._catalog, self._tables, stopped, tags)
+        with steps("decode"):
+            decoded = decode_batch(data, self._catalog, self._tables, stopped, tags)
         self._persisted += decoded.cached  # decoded once, read by every step of the apply
         changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
         results: list[ApplyResult] = []
@@ -184,7 +194,8 @@ class BatchProcessor:
         for ref, (info, rows) in decoded.tables.items():
             try:
                 applied = self._truncates.of(ref.qualified)
-                result = apply_batch(rows, batch_id, info, self._instance, applied)
+                with steps("apply"):
+                    result = apply_batch(rows, batch_id, info, self._instance, applied)
             except LakehouseWriterError as exc:
                 log.error("apply failed table=%s batch=%d error=%s", ref.qualified, batch_id, exc)
                 rejected.append(rejected_rows(rows, str(exc), ref.qualified))
@@ -196,12 +207,12 @@ class BatchProcessor:
                 rejected.append(result.rejected)
         return results, rejected
 
-    def _write_rejected(self, rejected: list[DataFrame], batch_id: int) -> None:
+    def _write_rejected(self, rejected: list[DataFrame], batch_id: int, batch: DataFrame) -> None:
         union = reduce(lambda a, b: a.unionByName(b), rejected) if rejected else None
         if union is None:
             self.last.rejected = 0
             return
-        union = union.persist()
+        union = with_raw_bytes(union, batch).persist()
         self.last.rejected = union.count()
         if self.last.rejected:
             append_system(union, f"{self._lake}/{REJECTED}", self._instance, batch_id)
@@ -250,15 +261,25 @@ class BatchProcessor:
             log.info("commits batch=%d written=%d pending=%d", batch_id, len(complete),
                      len(waiting) - len(complete))  # fmt: skip
 
-    def _finish(self, batch_id: int, results: list[ApplyResult], started: float) -> None:
+    def _finish(
+        self, batch_id: int, results: list[ApplyResult], started: float, steps: Steps
+    ) -> None:
         self.last.batch_id = batch_id
         self.last.rows = {r.table: sum(r.rows.values()) for r in results}
         self.last.finished_at = datetime.now(UTC).isoformat()
         self.last.pending_commits = len(self.state.pending)
         self.last.stopped_tables = dict(self.state.stopped)
-        log.info("batch done batch=%d rows=%s rejected=%d seconds=%.1f", batch_id,
-                 self.last.rows, self.last.rejected, time.monotonic() - started)  # fmt: skip
+        log.info("batch done batch=%d rows=%s rejected=%d seconds=%.1f steps=%s", batch_id,
+                 self.last.rows, self.last.rejected, time.monotonic() - started,
+                 steps)  # fmt: skip
         write_status(self._settings.checkpoint_path, self.last)
+
+
+def tagged(df: DataFrame) -> DataFrame:
+    """The Kafka source's columns the writer reads, and each value's header tag (``HEADER``)."""
+    return df.select("key", "value", "topic", "partition", "offset").withColumn(
+        HEADER, header_column()
+    )
 
 
 def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[str]]]:
@@ -271,8 +292,9 @@ def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[
     """
     from pyspark.sql import functions as F
 
-    tagged = df.withColumn(HEADER, header_column())
-    rows = tagged.groupBy("topic", "partition", HEADER).agg(F.max("offset").alias("o")).collect()
+    if HEADER not in df.columns:
+        df = tagged(df)
+    rows = df.groupBy("topic", "partition", HEADER).agg(F.max("offset").alias("o")).collect()
     offsets: dict[tuple[str, int], int] = {}
     headers: dict[str, set[str]] = {}
     for r in rows:

@@ -81,7 +81,8 @@ def decode_batch(
     """Decode the data-topic rows of one batch (``df``: the Kafka source's columns).
 
     Args:
-        df: Raw Kafka rows of data topics (system topics already split off).
+        df: Raw Kafka rows of data topics (system topics already split off), with their
+            header tags (``HEADER``) when already computed.
         catalog: Where writer schemas come from.
         tables: Creates/evolves the target tables.
         stopped: Tables stopped by a schema error, with the error; their rows are rejected.
@@ -91,7 +92,7 @@ def decode_batch(
     """
     from pyspark.sql import functions as F
 
-    tagged = df.withColumn(HEADER, header_column())
+    tagged = df if HEADER in df.columns else df.withColumn(HEADER, header_column())
     if headers is None:
         headers = {r[0] for r in tagged.select(HEADER).distinct().collect()}
     tags = {h for h in headers if h is not None}
@@ -181,17 +182,19 @@ def decode_rows(
 
 
 def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
-    """``rows`` with the decoded value ``__r`` (null when the bytes do not decode).
+    """Where each row was read, and its decoded value ``__r`` (null when it does not decode).
 
-    Persist the result when both sides of :func:`split_parsed` are read: each side then
-    scans the cache instead of decoding every row again.
+    The raw bytes are left out: the writer persists this frame, and a copy of every value
+    would double the memory it takes. Rejected rows get their bytes back from the batch
+    (:func:`with_raw_bytes`).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
     body = F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
-    return rows.withColumn("__r", from_avro(body, schema_json, {"mode": "PERMISSIVE"}))
+    decoded = from_avro(body, schema_json, {"mode": "PERMISSIVE"}).alias("__r")
+    return rows.select("topic", "partition", "offset", decoded)
 
 
 def split_parsed(parsed: DataFrame, schema: ValueSchema) -> tuple[DataFrame, DataFrame]:
@@ -201,7 +204,23 @@ def split_parsed(parsed: DataFrame, schema: ValueSchema) -> tuple[DataFrame, Dat
     ok = F.col("__r").isNotNull() & F.col("__r.__change_type").isNotNull()
     payload = [F.col(f"__r.`{f.avro_name}`").alias(f.name) for f in schema.fields.values()]
     technical = [F.col(f"__r.`{f.name}`").alias(f.name) for f in TECHNICAL_FIELDS]
-    meta = ["topic", "partition", "offset",
-            F.col("key").alias("__raw_key"), F.col("value").alias("__raw_value")]  # fmt: skip
-    decoded = parsed.filter(ok).select(*payload, *technical, *meta)
+    decoded = parsed.filter(ok).select(*payload, *technical, "topic", "partition", "offset")
     return decoded, parsed.filter(~ok).drop("__r")
+
+
+def with_raw_bytes(rejected: DataFrame, batch: DataFrame) -> DataFrame:
+    """``_rejected`` rows with the key and value bytes of ``batch`` filled in where missing.
+
+    Rows decoded before they were rejected carry no bytes; they are found again in the
+    batch by (topic, partition, offset). Rejected rows are few, so the batch side is
+    filtered to their partitions' offsets by the join, not copied.
+    """
+    from pyspark.sql import functions as F
+
+    where = ["topic", "partition", "offset"]
+    raw = batch.select(*where, F.col("key").alias("__k"), F.col("value").alias("__v"))
+    joined = rejected.join(raw, where, "left")
+    return joined.select(
+        *[F.coalesce(c, f"__{c[0]}").alias(c) if c in ("key", "value") else F.col(c)
+          for c in rejected.columns]
+    )  # fmt: skip
