@@ -25,9 +25,9 @@ returned as rejected rows with an error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.system_tables import rejected_rows
@@ -76,7 +76,7 @@ class ApplyResult:
 
 def apply_batch(
     df: DataFrame, batch_id: int, table: TableInfo, instance_id: str,
-    applied_truncates: Sequence[Truncate] = (),
+    applied_truncates: Sequence[Truncate] = (), summary: RowSummary | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply one micro-batch's decoded rows of one table; a replay of ``batch_id`` is a no-op.
 
@@ -87,6 +87,8 @@ def apply_batch(
         table: The target table, already created/evolved for these rows.
         instance_id: The writer instance id (from the checkpoint), for Delta txnAppId.
         applied_truncates: TRUNCATEs of earlier batches; batch rows they cover are dropped.
+        summary: :func:`summarize_rows` of ``df`` when already known (the writer gets it
+            from the pass that decodes the rows); None to compute it here.
     """
     from pyspark.sql import functions as F
 
@@ -94,7 +96,7 @@ def apply_batch(
     app_id = txn.app_id_for(instance_id, table.ref.qualified)
     steps = Steps()
     with steps("summary"):
-        summary = summarize_rows(df, table)
+        summary = summary or summarize_rows(df, table)
         counts = summary.counts
         found = collect_truncates(df) if counts.get("T") else []
     truncates, bad_truncates = _split_truncates(found, table)
@@ -144,27 +146,55 @@ class RowSummary:
     """
 
     counts: dict[str | None, int]
-    key_range: tuple[object, object] | None
+    key_range: tuple[Any, Any] | None
+
+    @classmethod
+    def of_groups(cls, groups: Iterable[Any]) -> RowSummary:
+        """From the rows of :func:`summary_aggregates` grouped by change type (first)."""
+        groups = list(groups)
+        counts = {g[0]: g["n"] for g in groups}
+        keyed = [g for g in groups if g[0] != "T"]
+        if not keyed or any(g["valued"] is None or g["valued"] < g["n"] for g in keyed):
+            return cls(counts, None)  # no key column, or a NULL key (it matches NULL only)
+        return cls(counts, (min(g["lo"] for g in keyed), max(g["hi"] for g in keyed)))
+
+    def merge(self, other: RowSummary) -> RowSummary:
+        """The summary of both sets of rows (one table's rows of two writer schemas)."""
+        counts = dict(self.counts)
+        for change, n in other.counts.items():
+            counts[change] = counts.get(change, 0) + n
+        mine, theirs = (any(c != "T" for c in x.counts) for x in (self, other))
+        if not (mine and theirs):
+            return RowSummary(counts, self.key_range if mine else other.key_range)
+        if self.key_range is None or other.key_range is None:
+            return RowSummary(counts, None)
+        low = min(self.key_range[0], other.key_range[0])
+        return RowSummary(counts, (low, max(self.key_range[1], other.key_range[1])))
+
+
+def summary_aggregates(first_key: Column | None) -> list[Column]:
+    """The aggregates of :class:`RowSummary`, to group by change type.
+
+    They are: rows (``n``), and of the first key column (None: no key) the rows with a value,
+    the lowest and the highest.
+    """
+    from pyspark.sql import functions as F
+
+    n = F.count(F.lit(1)).alias("n")
+    if first_key is None:
+        none = F.lit(None)
+        return [n, none.alias("valued"), none.alias("lo"), none.alias("hi")]
+    return [n, F.count(first_key).alias("valued"), F.min(first_key).alias("lo"),
+            F.max(first_key).alias("hi")]  # fmt: skip
 
 
 def summarize_rows(df: DataFrame, table: TableInfo) -> RowSummary:
     """Counts per change type and the first key column's range, in one job."""
     from pyspark.sql import functions as F
 
-    if not table.keys:
-        return RowSummary({r[0]: r[1] for r in df.groupBy("__change_type").count().collect()},
-                          None)  # fmt: skip
-    first = F.col(_q(table.keys[0]))
-    found = df.groupBy("__change_type").agg(
-        F.count(F.lit(1)).alias("n"), F.count(first).alias("valued"),
-        F.min(first).alias("lo"), F.max(first).alias("hi"),
-    ).collect()  # fmt: skip
-    counts = {r[0]: r["n"] for r in found}
-    keyed = [r for r in found if r[0] != "T"]
-    if not keyed or any(r["valued"] < r["n"] for r in keyed):  # a NULL key matches NULL only
-        return RowSummary(counts, None)
-    key_range = (min(r["lo"] for r in keyed), max(r["hi"] for r in keyed))
-    return RowSummary(counts, key_range)
+    first = F.col(_q(table.keys[0])) if table.keys else None
+    return RowSummary.of_groups(df.groupBy("__change_type").agg(*summary_aggregates(first))
+                                .collect())  # fmt: skip
 
 
 def _split_truncates(
@@ -414,9 +444,21 @@ def _purge(spark: SparkSession, table: TableInfo) -> bool:
 
 
 def _version(spark: SparkSession, path: str) -> int:
-    from delta.tables import DeltaTable
+    """The table's latest Delta version (the writer is its only writer).
 
-    return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+    Read from the JVM's ``DeltaLog``, which every commit of this session updates: about
+    5 ms, where ``history(1)`` runs a Spark job (0.2-0.3 s a table, every batch). Where that
+    class is not there (another Delta distribution), ``history(1)``.
+    """
+    from delta.tables import DeltaTable
+    from py4j.protocol import Py4JError
+
+    try:
+        delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
+        return int(delta_log.forTable(spark._jsparkSession, path).unsafeVolatileSnapshot()
+                   .version())  # fmt: skip
+    except Py4JError:
+        return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
 
 
 def _union(a: DataFrame | None, b: DataFrame | None) -> DataFrame | None:

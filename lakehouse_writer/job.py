@@ -174,7 +174,7 @@ class BatchProcessor:
         return records, [rejected_rows(frame, F.col("error"), COMMITS)]
 
     def _apply_data(
-        self, df: DataFrame, batch_id: int, headers: dict[str | None, set[str]],
+        self, df: DataFrame, batch_id: int, headers: dict[str, set[bytes | None]],
         changes: BatchChanges, steps: Steps,
     ) -> tuple[list[ApplyResult], list[DataFrame]]:  # fmt: skip
         from pyspark.sql import functions as F
@@ -195,7 +195,8 @@ class BatchProcessor:
             try:
                 applied = self._truncates.of(ref.qualified)
                 with steps("apply"):
-                    result = apply_batch(rows, batch_id, info, self._instance, applied)
+                    result = apply_batch(rows, batch_id, info, self._instance, applied,
+                                         decoded.summaries.get(ref))  # fmt: skip
             except LakehouseWriterError as exc:
                 log.error("apply failed table=%s batch=%d error=%s", ref.qualified, batch_id, exc)
                 rejected.append(rejected_rows(rows, str(exc), ref.qualified))
@@ -276,19 +277,21 @@ class BatchProcessor:
 
 
 def tagged(df: DataFrame) -> DataFrame:
-    """The Kafka source's columns the writer reads, and each value's header tag (``HEADER``)."""
+    """The Kafka source's columns the writer reads, and each value's header (``HEADER``)."""
     return df.select("key", "value", "topic", "partition", "offset").withColumn(
         HEADER, header_column()
     )
 
 
-def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[str]]]:
+def summarize(
+    df: DataFrame,
+) -> tuple[dict[tuple[str, int], int], dict[str, set[bytes | None]]]:
     """One pass over a batch of Kafka rows: offsets and header tags.
 
     Returns:
-        The highest offset of each (topic, partition), and the header tags
+        The highest offset of each (topic, partition), and the headers
         (:func:`~lakehouse_writer.read.header_column`) seen per topic, None for rows
-        without a header.
+        without one.
     """
     from pyspark.sql import functions as F
 
@@ -296,11 +299,12 @@ def summarize(df: DataFrame) -> tuple[dict[tuple[str, int], int], dict[str, set[
         df = tagged(df)
     rows = df.groupBy("topic", "partition", HEADER).agg(F.max("offset").alias("o")).collect()
     offsets: dict[tuple[str, int], int] = {}
-    headers: dict[str, set[str]] = {}
+    headers: dict[str, set[bytes | None]] = {}
     for r in rows:
         key = (r.topic, int(r.partition))
         offsets[key] = max(int(r.o), offsets.get(key, -1))
-        headers.setdefault(r.topic, set()).add(r[HEADER])
+        header = r[HEADER]
+        headers.setdefault(r.topic, set()).add(None if header is None else bytes(header))
     return offsets, headers
 
 

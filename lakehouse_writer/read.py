@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
 from lakehouse_writer.errors import LakehouseWriterError, SchemaEvolutionError
 from lakehouse_writer.system_tables import rejected_rows
@@ -43,26 +44,40 @@ class DecodedBatch:
         errors: Table-level errors of this batch, by table (``namespace.name``).
         cached: Frames persisted by the decode (one per writer schema); the caller unpersists
             them once the batch is written.
+        summaries: Per table: counts per change type and key range of its decoded rows,
+            from the pass that decodes them (for :func:`~lakehouse_writer.apply.apply_batch`).
     """
 
     tables: dict[TableRef, tuple[TableInfo, DataFrame]] = field(default_factory=dict)
     rejected: list[DataFrame] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     cached: list[DataFrame] = field(default_factory=list)
+    summaries: dict[TableRef, RowSummary] = field(default_factory=dict)
 
 
 def header_column() -> Column:
-    """``c:<id>`` / ``f:<16 hex>`` of the value's header; null when it has neither."""
+    """The value's header bytes (``0x00`` + id, or ``0xC3 0x01`` + fingerprint), else null.
+
+    Bytes, not text: this runs for every row; :func:`header_tag` names the few distinct ones.
+    """
     from pyspark.sql import functions as F
 
     value = F.col("value")
-    confluent = (F.substring(value, 1, 1) == F.lit(b"\x00")) & (F.length(value) >= 5)
-    single = (F.substring(value, 1, 2) == F.lit(b"\xc3\x01")) & (F.length(value) >= 10)
-    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10)
-    fingerprint = F.lower(F.hex(F.substring(value, 3, 8)))
-    return F.when(confluent, F.concat(F.lit("c:"), schema_id)).when(
-        single, F.concat(F.lit("f:"), fingerprint)
+    confluent = (F.substring(value, 1, 1) == F.lit(b"\x00")) & (F.length(value) >= _CONFLUENT_LEN)
+    single = (F.substring(value, 1, 2) == F.lit(b"\xc3\x01")) & (
+        F.length(value) >= _SINGLE_OBJECT_LEN
     )
+    return F.when(confluent, F.substring(value, 1, _CONFLUENT_LEN)).when(
+        single, F.substring(value, 1, _SINGLE_OBJECT_LEN)
+    )
+
+
+def header_tag(header: bytes) -> str:
+    """``c:<id>`` (Confluent) or ``f:<16 hex>`` (single object) of a header's bytes."""
+    header = bytes(header)
+    if header[:1] == b"\x00":
+        return f"c:{int.from_bytes(header[1:5], 'big')}"
+    return f"f:{header[2:10].hex()}"
 
 
 def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry]:
@@ -76,7 +91,7 @@ def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry
 
 def decode_batch(
     df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: dict[str, str],
-    headers: set[str] | None = None,
+    headers: set[bytes | None] | None = None,
 ) -> DecodedBatch:  # fmt: skip
     """Decode the data-topic rows of one batch (``df``: the Kafka source's columns).
 
@@ -87,27 +102,32 @@ def decode_batch(
         tables: Creates/evolves the target tables.
         stopped: Tables stopped by a schema error, with the error; their rows are rejected.
             A table stopped by this batch is added.
-        headers: The distinct header tags of ``df`` (None for rows without a header) when
-            already known (saves a pass over the batch); None to find them here.
+        headers: The distinct headers (:func:`header_column`) of ``df``, None for rows
+            without one, when already known (saves a pass over the batch); None to find
+            them here.
     """
     from pyspark.sql import functions as F
 
     tagged = df if HEADER in df.columns else df.withColumn(HEADER, header_column())
     if headers is None:
-        headers = {r[0] for r in tagged.select(HEADER).distinct().collect()}
-    tags = {h for h in headers if h is not None}
-    entries = resolve(tags, catalog)
+        headers = {_bytes(r[0]) for r in tagged.select(HEADER).distinct().collect()}
+    tags = {header_tag(h): h for h in headers if h is not None}
+    entries = resolve(set(tags), catalog)
     out = DecodedBatch()
     if None in headers:
         out.rejected.append(rejected_rows(tagged.filter(F.col(HEADER).isNull()), _NO_HEADER,
                                           None))  # fmt: skip
-    if tags - entries.keys():
-        unknown = tagged.filter(F.col(HEADER).isin(*(tags - entries.keys())))
-        out.rejected.append(rejected_rows(unknown, F.concat(F.lit(_UNKNOWN), F.col(HEADER)),
-                                          None))  # fmt: skip
+    for tag in sorted(tags.keys() - entries.keys()):
+        unknown = tagged.filter(F.col(HEADER) == F.lit(tags[tag]))
+        out.rejected.append(rejected_rows(unknown, _UNKNOWN + tag, None))
     for tag, entry in sorted(entries.items()):
-        _decode_one(tagged.filter(F.col(HEADER) == tag), tag, entry, tables, stopped, out)
+        rows = tagged.filter(F.col(HEADER) == F.lit(tags[tag]))
+        _decode_one(rows, tag, entry, tables, stopped, out)
     return out
+
+
+def _bytes(value: bytes | bytearray | None) -> bytes | None:
+    return None if value is None else bytes(value)
 
 
 _NO_HEADER = (
@@ -139,13 +159,29 @@ def _decode_one(
     parsed = parse_rows(rows, tag, entry.schema_json).persist()
     out.cached.append(parsed)
     decoded, failed = split_parsed(parsed, schema)
-    if failed.count():  # the pass that decodes (and caches) every row of this schema
+    summary = _summarize(parsed, schema, info)  # the pass that decodes (and caches) the rows
+    if summary.counts.pop(None, 0):  # rows that did not decode
         out.rejected.append(rejected_rows(failed, f"cannot decode the Avro body ({tag})",
                                           ref.qualified))  # fmt: skip
     previous = out.tables.get(ref)
     if previous is not None:
         decoded = previous[1].unionByName(decoded, allowMissingColumns=True)
+        summary = out.summaries[ref].merge(summary)
     out.tables[ref] = (info, decoded)
+    out.summaries[ref] = summary
+
+
+def _summarize(parsed: DataFrame, schema: ValueSchema, info: TableInfo) -> RowSummary:
+    """The decoded rows' :class:`~lakehouse_writer.apply.RowSummary`.
+
+    Rows that did not decode are counted under change type None.
+    """
+    from pyspark.sql import functions as F
+
+    first = schema.fields.get(info.keys[0]) if info.keys else None
+    key = F.col(f"__r.`{first.avro_name}`") if first is not None else None
+    change = F.col("__r.__change_type").alias("change")
+    return RowSummary.of_groups(parsed.groupBy(change).agg(*summary_aggregates(key)).collect())
 
 
 def _stopped_message(error: str) -> str:
@@ -169,6 +205,7 @@ def _stop(
     log.error("table stopped table=%s error=%s", ref.qualified, exc)
     stopped[ref.qualified] = str(exc)
     earlier = out.tables.pop(ref, None)
+    out.summaries.pop(ref, None)
     if earlier is not None:
         message = _stopped_message(str(exc))
         out.rejected.append(rejected_rows(earlier[1], message, ref.qualified))

@@ -1,0 +1,48 @@
+"""Pure parts of the writer's per-batch bookkeeping: row summaries and header tags."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse_writer.apply import RowSummary
+from lakehouse_writer.read import header_tag
+
+
+def summary(*groups):
+    """A summary of groups given as (change type, n, valued, lo, hi), read like Spark rows:
+    the change type by position, the rest by name."""
+    names = ("n", "valued", "lo", "hi")
+    return RowSummary.of_groups({0: g[0], **dict(zip(names, g[1:], strict=True))}
+                                for g in groups)  # fmt: skip
+
+
+def test_the_key_range_leaves_out_truncate_placeholders():
+    got = summary(("T", 1, 1, -999, -999), ("I", 3, 3, 10, 30), ("D", 1, 1, 5, 5))
+    assert got.counts == {"T": 1, "I": 3, "D": 1}
+    assert got.key_range == (5, 30)
+
+
+@pytest.mark.parametrize("groups", [
+    [("I", 3, 2, 10, 30)],  # a NULL key among the rows: it matches only NULL, no range
+    [("I", 3, None, None, None)],  # no key column
+    [("T", 1, 1, 0, 0)],  # only a TRUNCATE
+], ids=["null-key", "no-key", "truncate-only"])  # fmt: skip
+def test_no_key_range_where_it_could_skip_a_match(groups):
+    assert summary(*groups).key_range is None
+
+
+def test_merging_two_schemas_adds_counts_and_widens_the_range():
+    a = summary(("I", 2, 2, 10, 20))
+    b = summary(("U", 1, 1, 5, 7), ("T", 1, 1, 0, 0))
+    merged = a.merge(b)
+    assert merged.counts == {"I": 2, "U": 1, "T": 1}
+    assert merged.key_range == (5, 20)
+    assert a.merge(summary(("T", 1, 1, 0, 0))).key_range == (10, 20)  # a truncate adds no keys
+    assert a.merge(summary(("I", 1, 0, None, None))).key_range is None
+
+
+def test_header_tags_name_registry_ids_and_fingerprints():
+    assert header_tag(b"\x00\x00\x00\x01\x02") == "c:258"
+    assert header_tag(bytearray(b"\xc3\x01" + bytes.fromhex("0011223344556677"))) == (
+        "f:0011223344556677"
+    )
