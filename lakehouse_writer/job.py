@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 COMMITS = "_commits"
 TRUNCATES = "_truncates"
-_SOURCE_DEFAULTS = {
+SOURCE_DEFAULTS = {
     "startingOffsets": "earliest",
     "kafka.isolation.level": "read_committed",  # never apply rows of open/aborted transactions
     "failOnDataLoss": "true",  # a lost offset range must stop the writer, not skip rows
@@ -350,7 +350,7 @@ def start(
     spark: SparkSession, settings: LakehouseSettings, once: bool
 ) -> tuple[StreamingQuery, BatchProcessor]:
     """Start the streaming query (``once``: drain what is there with availableNow)."""
-    options: dict[str, Any] = dict(_SOURCE_DEFAULTS)
+    options: dict[str, Any] = dict(SOURCE_DEFAULTS)
     options.update(settings.spark_kafka_options())
     options["subscribePattern"] = settings.topics_regex
     if settings.max_offsets_per_trigger:
