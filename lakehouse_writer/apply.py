@@ -2,7 +2,8 @@
 
 :func:`apply_batch` is a plain function: give it a DataFrame of decoded rows (payload columns
 by original name, the technical fields, ``topic``/``partition``/``offset`` and optionally the
-raw ``__raw_key``/``__raw_value`` bytes) and it applies them, idempotently per ``batch_id``:
+raw ``__raw_key``/``__raw_value`` bytes for rejected rows; the writer leaves them out and fills
+them in from the batch) and it applies them, idempotently per ``batch_id``:
 
 1. TRUNCATE rows (``T``) become one Delta DELETE of the rows in their scope older than them;
    rows of the batch they cover are dropped too (see :mod:`lakehouse_writer.truncate`).
@@ -10,11 +11,14 @@ raw ``__raw_key``/``__raw_value`` bytes) and it applies them, idempotently per `
    pair of a ``B`` is the ``U`` with the same ``__change_time`` and ``__source_rowid``, or —
    when ``__source_rowid`` is null — the ``U`` right after it (same partition, offset + 1).
    A ``B`` without a moved pair is ignored.
-3. One row per key survives: the latest by (``__change_time``, partition, offset).
+3. One row per key survives: the latest by (``__change_time``, partition, offset). An
+   ARCHIVE that wins after an earlier transaction's upsert or delete of its key in the batch
+   is folded with it (:func:`latest_per_key`), so batch boundaries do not change the result.
 4. One MERGE upserts (I/U/A/R), deletes (D/X/G) and archives (P: stored payload kept,
-   ``__change_type`` = ``P``), each only over stored rows that are not newer.
-   Fast path: when an unscoped TRUNCATE left the table empty and every row is an upsert, the
-   rows are appended instead (no join).
+   ``__change_type`` = ``P``), each only over stored rows that are not newer. The target is
+   restricted to the batch's range of the first key column, so Delta skips the files
+   outside it. Fast path: when an unscoped TRUNCATE left the table empty and every row is an
+   upsert, the rows are appended instead (no join, and no sort when no key repeats).
 5. GDPR (``G``) rows: after the MERGE the table's deletion vectors are purged
    (``REORG ... APPLY (PURGE)``) so no current data file still holds a deleted row.
 
