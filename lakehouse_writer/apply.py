@@ -107,14 +107,13 @@ def apply_batch(
     rejected = _unknown_type_rows(df, table, bad_truncates, counts)
     if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
         rejected = _union(rejected, _refused_rows(df, table, counts))
-    empty = None  # whether the table holds no rows, where known
+    known_empty = False  # True: the table holds no rows (no need to look again)
     if truncates:
         with steps("truncate"):
-            empty = _is_empty(spark, table)  # a first load's TRUNCATE has nothing to delete
-            if not empty:
+            known_empty = _is_empty(spark, table)  # a first load's TRUNCATE deletes nothing
+            if not known_empty:
                 version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
                 _delete_truncated(spark, table, truncates, app_id, version)
-                empty = None
     covering = [*truncates, *applied_truncates]
     rows = df.filter(F.col("__change_type") != "T")
     if covering:
@@ -126,7 +125,8 @@ def apply_batch(
                 _append(rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id,
                         batch_id)  # fmt: skip
         else:
-            fast = _merge_or_append(rows, table, app_id, batch_id, truncates, summary, empty)
+            fast = _merge_or_append(rows, table, app_id, batch_id, truncates, summary,
+                                    known_empty)  # fmt: skip
     with steps("purge"):
         purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
@@ -276,12 +276,12 @@ def _merge_or_append(
     batch_id: int,
     truncates: list[Truncate],
     summary: RowSummary,
-    empty: bool | None,
+    known_empty: bool,
 ) -> bool:
     counts = summary.counts
     only_upserts = not any(counts.get(c) for c in (*DELETE_TYPES, "B", "P"))
     reload = only_upserts and any(t.unscoped for t in truncates)
-    if reload and (empty if empty is not None else _is_empty(rows.sparkSession, table)):
+    if reload and (known_empty or _is_empty(rows.sparkSession, table)):
         unique = unique_keys(rows, table.keys)  # a reload rarely repeats a key: no sort then
         _append(rows if unique else latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True

@@ -159,8 +159,8 @@ def _decode_one(
     parsed = parse_rows(rows, tag, entry.schema_json).persist()
     out.cached.append(parsed)
     decoded, failed = split_parsed(parsed, schema)
-    summary = _summarize(parsed, schema, info)  # the pass that decodes (and caches) the rows
-    if summary.counts.pop(None, 0):  # rows that did not decode
+    summary, failures = _summarize(parsed, schema, info)  # decodes (and caches) the rows
+    if failures:
         out.rejected.append(rejected_rows(failed, f"cannot decode the Avro body ({tag})",
                                           ref.qualified))  # fmt: skip
     previous = out.tables.get(ref)
@@ -171,17 +171,21 @@ def _decode_one(
     out.summaries[ref] = summary
 
 
-def _summarize(parsed: DataFrame, schema: ValueSchema, info: TableInfo) -> RowSummary:
-    """The decoded rows' :class:`~lakehouse_writer.apply.RowSummary`.
+def _summarize(
+    parsed: DataFrame, schema: ValueSchema, info: TableInfo
+) -> tuple[RowSummary, int]:
+    """The :class:`~lakehouse_writer.apply.RowSummary` of the rows that decoded.
 
-    Rows that did not decode are counted under change type None.
+    Also how many did not decode (their change type is null).
     """
     from pyspark.sql import functions as F
 
     first = schema.fields.get(info.keys[0]) if info.keys else None
     key = F.col(f"__r.`{first.avro_name}`") if first is not None else None
     change = F.col("__r.__change_type").alias("change")
-    return RowSummary.of_groups(parsed.groupBy(change).agg(*summary_aggregates(key)).collect())
+    groups = parsed.groupBy(change).agg(*summary_aggregates(key)).collect()
+    failures = sum(g["n"] for g in groups if g[0] is None)
+    return RowSummary.of_groups(g for g in groups if g[0] is not None), failures
 
 
 def _stopped_message(error: str) -> str:
@@ -209,13 +213,6 @@ def _stop(
     if earlier is not None:
         message = _stopped_message(str(exc))
         out.rejected.append(rejected_rows(earlier[1], message, ref.qualified))
-
-
-def decode_rows(
-    rows: DataFrame, tag: str, schema_json: str, schema: ValueSchema
-) -> tuple[DataFrame, DataFrame]:
-    """(decoded rows by original names, rows whose bytes did not decode)."""
-    return split_parsed(parse_rows(rows, tag, schema_json), schema)
 
 
 def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
