@@ -155,12 +155,30 @@ class RowSummary:
     @classmethod
     def of_groups(cls, groups: Iterable[Any]) -> RowSummary:
         """From the rows of :func:`summary_aggregates` grouped by change type (first)."""
-        groups = list(groups)
-        counts = {g[0]: g["n"] for g in groups}
+        return cls.of_counts((g[0], g["n"], g["valued"], g["lo"], g["hi"]) for g in groups)
+
+    @classmethod
+    def of_counts(
+        cls, groups: Iterable[tuple[str | None, int, int | None, Any, Any]]
+    ) -> RowSummary:
+        """From (change type, rows, rows with a first key, lowest key, highest key) tuples.
+
+        A change type may come in several tuples (one per partition, say); they add up.
+        """
+        by_change: dict[str | None, tuple[int, int | None, Any, Any]] = {}
+        for change, n, valued, lo, hi in groups:
+            if change in by_change:
+                m, v, low, high = by_change[change]
+                valued = None if v is None or valued is None else v + valued
+                lo, hi = _least(low, lo), _greatest(high, hi)
+                n += m
+            by_change[change] = (n, valued, lo, hi)
+        groups = [(change, *rest) for change, rest in by_change.items()]
+        counts = {change: n for change, n, *_ in groups}
         keyed = [g for g in groups if g[0] != "T"]
-        if not keyed or any(g["valued"] is None or g["valued"] < g["n"] for g in keyed):
+        if not keyed or any(valued is None or valued < n for _, n, valued, _, _ in keyed):
             return cls(counts, None)  # no key column, or a NULL key (it matches NULL only)
-        return cls(counts, (min(g["lo"] for g in keyed), max(g["hi"] for g in keyed)))
+        return cls(counts, (min(g[3] for g in keyed), max(g[4] for g in keyed)))
 
     def merge(self, other: RowSummary) -> RowSummary:
         """The summary of both sets of rows (one table's rows of two writer schemas)."""
@@ -436,6 +454,13 @@ def _payload(table: TableInfo) -> list[str]:
 
 
 def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
+    """True when the table holds no rows.
+
+    A table this writer created is empty at version 0 (the creation commit, a log lookup);
+    otherwise a Spark job looks.
+    """
+    if table.created and _version(spark, table.path) == 0:
+        return True
     return bool(spark.read.format("delta").load(table.path).isEmpty())
 
 
@@ -463,6 +488,14 @@ def _version(spark: SparkSession, path: str) -> int:
                    .version())  # fmt: skip
     except Py4JError:
         return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+
+
+def _least(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _greatest(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _union(a: DataFrame | None, b: DataFrame | None) -> DataFrame | None:

@@ -66,6 +66,21 @@ class SchemaCatalog:
                 self._by_id[schema_id] = entry
         return {i: self._by_id[i] for i in ids if i in self._by_id}
 
+    def latest_value_schemas(self) -> list[tuple[str, CatalogEntry]]:
+        """(fingerprint, entry) of each topic's latest value schema in ``_schemas``.
+
+        The topic whose schema was registered last comes first. Read once, then from memory:
+        what a cold start expects its first batch to hold.
+        """
+        if not self._next_offset:
+            self.refresh()
+        latest: dict[str | None, tuple[str, CatalogEntry]] = {}
+        for fingerprint, entry in self._by_fingerprint.items():  # in the order registered
+            if entry.kind == "value" and entry.topic:
+                latest.pop(entry.topic, None)
+                latest[entry.topic] = (fingerprint, entry)
+        return list(reversed(latest.values()))
+
     def refresh(self) -> None:
         """Read ``_schemas`` from where the last refresh stopped to its current end."""
         consumer = Consumer({
@@ -111,6 +126,7 @@ class SchemaCatalog:
             log.warning("bad schema catalog record topic=%s offset=%d error=%s", self._topic,
                         offset, exc)  # fmt: skip
             return
+        self._by_fingerprint.pop(fingerprint, None)  # keep the order of the latest records
         self._by_fingerprint[fingerprint] = CatalogEntry(text, record.get("kind"),
                                                          record.get("topic"))  # fmt: skip
 

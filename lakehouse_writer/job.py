@@ -1,7 +1,8 @@
 """The streaming query: Kafka (read_committed) → foreachBatch → Delta tables.
 
-:class:`BatchProcessor` is what ``foreachBatch`` calls. Per micro-batch it finds the highest
-offset of every topic partition (one pass over the batch), decodes the data rows
+:class:`BatchProcessor` is what ``foreachBatch`` calls. Per micro-batch it reads, decodes and
+caches the batch in one pass and finds the highest offset of every topic partition
+(:mod:`lakehouse_writer.scan`), decodes the rows of schemas it did not expect
 (:mod:`lakehouse_writer.read`) and applies them table by table (:mod:`lakehouse_writer.apply`),
 appends ``_rejected``, ``_truncates``, ``_execution_log`` and ``_lineage``, writes the
 ``_commits`` rows of the commits now complete (:mod:`lakehouse_writer.commits`), and last the
@@ -24,7 +25,8 @@ from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.read import HEADER, decode_batch, header_column, with_raw_bytes
+from lakehouse_writer.read import decode_batch, with_raw_bytes
+from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, write_status
 from lakehouse_writer.system_tables import REJECTED, append_system, log_rows, rejected_rows
@@ -83,6 +85,7 @@ class BatchProcessor:
         self._state: WriterState | None = None
         self._ours = topic_filter(settings.topics_regex)
         self._persisted: list[DataFrame] = []
+        self._expected = ExpectedSchemas()
         self._truncates = TruncateLog(spark, f"{self._lake}/{TRUNCATES}")
         self._new_truncates: list[tuple[str, int, str]] = []
         self._gate = threading.Lock()
@@ -121,20 +124,23 @@ class BatchProcessor:
             if batch_id <= self.state.last_batch:
                 log.info("batch skipped batch=%d reason=already applied (in %s)", batch_id, STATE)
                 return
-            self._process(tagged(df).persist(), batch_id)
+            self._process(df, batch_id)
 
-    def _process(self, df: DataFrame, batch_id: int) -> None:
+    def _process(self, source: DataFrame, batch_id: int) -> None:
         started, steps = time.monotonic(), Steps()
+        with steps("scan"):
+            if not self._expected:
+                self._expect_from_catalog()
+            found = scan(source, self._expected.guess(), self._system_topics)
+        df = found.frame  # cached by the scan: unpersisted below
         try:
-            with steps("offsets"):
-                offsets, headers = summarize(df)
-            changes = BatchChanges(offsets=offsets)
-            topics = {topic for topic, _ in offsets}
+            changes = BatchChanges(offsets=found.offsets)
+            topics = {topic for topic, _ in found.offsets}
             with steps("commits"):
                 commits, bad = self._read_commits(df, topics)
-            results, rejected = self._apply_data(df, batch_id, headers, changes, steps)
+            results, rejected = self._apply_data(df, batch_id, found, changes, steps)
             with steps("system"):
-                self._write_rejected([*rejected, *bad], batch_id, df)
+                self._write_rejected([*rejected, *bad], batch_id, source)
                 self._write_truncates(batch_id)
                 self._write_logs(df, batch_id, topics)
                 self._write_commits(batch_id, commits, changes)
@@ -149,6 +155,17 @@ class BatchProcessor:
                 frame.unpersist()
             self._persisted.clear()
             df.unpersist()
+
+    def _expect_from_catalog(self) -> None:
+        """A cold start expects the latest value schema of every subscribed topic."""
+        try:
+            latest = self._catalog.latest_value_schemas()
+        except LakehouseWriterError as exc:  # the batch decodes what it finds all the same
+            log.warning("schema catalog not read; nothing expected error=%s", exc)
+            return
+        self._expected.seed((b"\xc3\x01" + bytes.fromhex(fingerprint), entry)
+                            for fingerprint, entry in latest
+                            if entry.topic and self._ours(entry.topic))  # fmt: skip
 
     def _read_commits(
         self, df: DataFrame, topics: set[str]
@@ -174,11 +191,12 @@ class BatchProcessor:
         return records, [rejected_rows(frame, F.col("error"), COMMITS)]
 
     def _apply_data(
-        self, df: DataFrame, batch_id: int, headers: dict[str, set[bytes | None]],
-        changes: BatchChanges, steps: Steps,
+        self, df: DataFrame, batch_id: int, found: BatchScan, changes: BatchChanges,
+        steps: Steps,
     ) -> tuple[list[ApplyResult], list[DataFrame]]:  # fmt: skip
         from pyspark.sql import functions as F
 
+        headers = found.headers
         data_topics = sorted(headers.keys() - self._system_topics)
         if not data_topics:
             return [], []
@@ -186,8 +204,11 @@ class BatchProcessor:
         data = df.filter(F.col("topic").isin(*data_topics))
         tags = set().union(*(headers[t] for t in data_topics))
         with steps("decode"):
-            decoded = decode_batch(data, self._catalog, self._tables, stopped, tags)
+            decoded = decode_batch(data, self._catalog, self._tables, stopped, tags,
+                                   found.decoded)  # fmt: skip
         self._persisted += decoded.cached  # decoded once, read by every step of the apply
+        for header, entry in decoded.schemas.items():
+            self._expected.saw(header, entry)
         changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
         results: list[ApplyResult] = []
         rejected = list(decoded.rejected)
@@ -274,38 +295,6 @@ class BatchProcessor:
                  self.last.rows, self.last.rejected, time.monotonic() - started,
                  steps)  # fmt: skip
         write_status(self._settings.checkpoint_path, self.last)
-
-
-def tagged(df: DataFrame) -> DataFrame:
-    """The Kafka source's columns the writer reads, and each value's header (``HEADER``)."""
-    return df.select("key", "value", "topic", "partition", "offset").withColumn(
-        HEADER, header_column()
-    )
-
-
-def summarize(
-    df: DataFrame,
-) -> tuple[dict[tuple[str, int], int], dict[str, set[bytes | None]]]:
-    """One pass over a batch of Kafka rows: offsets and header tags.
-
-    Returns:
-        The highest offset of each (topic, partition), and the headers
-        (:func:`~lakehouse_writer.read.header_column`) seen per topic, None for rows
-        without one.
-    """
-    from pyspark.sql import functions as F
-
-    if HEADER not in df.columns:
-        df = tagged(df)
-    rows = df.groupBy("topic", "partition", HEADER).agg(F.max("offset").alias("o")).collect()
-    offsets: dict[tuple[str, int], int] = {}
-    headers: dict[str, set[bytes | None]] = {}
-    for r in rows:
-        key = (r.topic, int(r.partition))
-        offsets[key] = max(int(r.o), offsets.get(key, -1))
-        header = r[HEADER]
-        headers.setdefault(r.topic, set()).add(None if header is None else bytes(header))
-    return offsets, headers
 
 
 def topic_filter(regex: str) -> TopicFilter:

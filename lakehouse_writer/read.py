@@ -7,6 +7,10 @@ expression (``mode=PERMISSIVE``) over the bytes after the header; the decoded fi
 renamed to their original names. Rows without a header, with an unknown schema, or whose bytes
 do not decode become ``_rejected`` rows; the stream goes on.
 
+The writer decodes the schemas it expects while it reads the batch
+(:mod:`lakehouse_writer.scan`); :func:`decode_batch` takes those rows as they are and decodes
+the others here, from the cached bytes.
+
 Keys are not decoded: every key field is also in the value, which is what the writer applies.
 """
 
@@ -25,7 +29,11 @@ from producer_lib.errors import SchemaError
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import Column, DataFrame
+
+    from lakehouse_writer.scan import Decoded
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,7 @@ class DecodedBatch:
             them once the batch is written.
         summaries: Per table: counts per change type and key range of its decoded rows,
             from the pass that decodes them (for :func:`~lakehouse_writer.apply.apply_batch`).
+        schemas: The writer schemas the batch held, by header (the next batch expects them).
     """
 
     tables: dict[TableRef, tuple[TableInfo, DataFrame]] = field(default_factory=dict)
@@ -53,6 +62,7 @@ class DecodedBatch:
     errors: dict[str, str] = field(default_factory=dict)
     cached: list[DataFrame] = field(default_factory=list)
     summaries: dict[TableRef, RowSummary] = field(default_factory=dict)
+    schemas: dict[bytes, CatalogEntry] = field(default_factory=dict)
 
 
 def header_column() -> Column:
@@ -80,6 +90,14 @@ def header_tag(header: bytes) -> str:
     return f"f:{header[2:10].hex()}"
 
 
+def body_column(header: bytes) -> Column:
+    """The Avro body of ``value``: the bytes after the header (``header``: its bytes)."""
+    from pyspark.sql import functions as F
+
+    skip = len(header)
+    return F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
+
+
 def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry]:
     """Writer schemas of the given header tags; unknown tags are absent."""
     fingerprints = {h[2:] for h in headers if h.startswith("f:")}
@@ -91,7 +109,7 @@ def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry
 
 def decode_batch(
     df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: dict[str, str],
-    headers: set[bytes | None] | None = None,
+    headers: set[bytes | None] | None = None, decoded: Mapping[bytes, Decoded] | None = None,
 ) -> DecodedBatch:  # fmt: skip
     """Decode the data-topic rows of one batch (``df``: the Kafka source's columns).
 
@@ -105,6 +123,8 @@ def decode_batch(
         headers: The distinct headers (:func:`header_column`) of ``df``, None for rows
             without one, when already known (saves a pass over the batch); None to find
             them here.
+        decoded: Rows already decoded by the scan, by header; the rows of those headers in
+            ``df`` are not decoded again.
     """
     from pyspark.sql import functions as F
 
@@ -121,8 +141,9 @@ def decode_batch(
         unknown = tagged.filter(F.col(HEADER) == F.lit(tags[tag]))
         out.rejected.append(rejected_rows(unknown, _UNKNOWN + tag, None))
     for tag, entry in sorted(entries.items()):
+        out.schemas[tags[tag]] = entry
         rows = tagged.filter(F.col(HEADER) == F.lit(tags[tag]))
-        _decode_one(rows, tag, entry, tables, stopped, out)
+        _decode_one(rows, tag, entry, tables, stopped, out, (decoded or {}).get(tags[tag]))
     return out
 
 
@@ -139,7 +160,7 @@ _UNKNOWN = "unknown writer schema (not on _schemas / the registry): "
 
 def _decode_one(
     rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager,
-    stopped: dict[str, str], out: DecodedBatch,
+    stopped: dict[str, str], out: DecodedBatch, scanned: Decoded | None,
 ) -> None:  # fmt: skip
     try:
         schema = ValueSchema.from_avro_json(entry.schema_json)
@@ -156,10 +177,16 @@ def _decode_one(
     except LakehouseWriterError as exc:
         _stop(rows, ref, exc, stopped, out)
         return
-    parsed = parse_rows(rows, tag, entry.schema_json).persist()
-    out.cached.append(parsed)
+    if scanned is not None:
+        parsed, failures = scanned.parsed, scanned.failures
+        summary = scanned.summary  # its key range is of the schema's first key column
+        if tuple(info.keys[:1]) != tuple(schema.pks[:1]):
+            summary = RowSummary(summary.counts, None)
+    else:
+        parsed = parse_rows(rows, tag, entry.schema_json).persist()
+        out.cached.append(parsed)
+        summary, failures = _summarize(parsed, schema, info)  # decodes (and caches) the rows
     decoded, failed = split_parsed(parsed, schema)
-    summary, failures = _summarize(parsed, schema, info)  # decodes (and caches) the rows
     if failures:
         out.rejected.append(rejected_rows(failed, f"cannot decode the Avro body ({tag})",
                                           ref.qualified))  # fmt: skip
@@ -222,11 +249,10 @@ def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
     would double the memory it takes. Rejected rows get their bytes back from the batch
     (:func:`with_raw_bytes`).
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
-    body = F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
+    body = body_column(bytes(skip))
     decoded = from_avro(body, schema_json, {"mode": "PERMISSIVE"}).alias("__r")
     return rows.select("topic", "partition", "offset", decoded)
 

@@ -23,7 +23,7 @@ from producer_lib.schema.types import AvroField
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +86,14 @@ class TableInfo:
         path: Its location.
         keys: Primary key columns; empty for an append-only table.
         columns: Column name -> Spark type of the table as it now is, in table order.
+        created: True when this writer created the table (then its version 0 holds no rows).
     """
 
     ref: TableRef
     path: str
     keys: tuple[str, ...]
     columns: dict[str, DataType] = field(hash=False)
+    created: bool = False
 
     @property
     def append_only(self) -> bool:
@@ -144,21 +146,45 @@ class TableManager:
         cache_key = (ref, schema.to_json())
         if cache_key not in self._checked:
             path = ref.path(self._lakehouse)
-            if not _is_delta(self._spark, path):
+            created = not _is_delta(self._spark, path)
+            if created:
                 _create(self._spark, path, schema)
             else:
                 _evolve(self._spark, path, schema, ref)
-            self._checked[cache_key] = self._info(ref, path)
+            self._checked[cache_key] = self._info(ref, path, created)
         return self._checked[cache_key]
 
-    def _info(self, ref: TableRef, path: str) -> TableInfo:
-        from delta.tables import DeltaTable
-
-        detail = DeltaTable.forPath(self._spark, path).detail().collect()[0]
-        keys = tuple(json.loads(detail["properties"].get(PRIMARY_KEYS_PROPERTY, "[]")))
-        struct = self._spark.read.format("delta").load(path).schema
+    def _info(self, ref: TableRef, path: str, created: bool) -> TableInfo:
+        properties, struct = table_metadata(self._spark, path)
+        keys = tuple(json.loads(properties.get(PRIMARY_KEYS_PROPERTY, "[]")))
         columns = {f.name: f.dataType for f in struct.fields}
-        return TableInfo(ref, path, keys, columns)
+        return TableInfo(ref, path, keys, columns, created)
+
+
+def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], StructType]:
+    """The table's properties and schema (logical column names), as of its latest version.
+
+    From the JVM's ``DeltaLog`` (milliseconds once the log is loaded), where ``detail()``
+    runs a Spark job (0.3-0.6 s a table). Where that class is not there (another Delta
+    distribution), ``detail()`` and the read schema.
+    """
+    from delta.tables import DeltaTable
+    from py4j.protocol import Py4JError
+    from pyspark.sql.types import StructType
+
+    try:
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        empty = jvm.scala.Option.empty()
+        metadata = delta_log.update(False, empty, empty).metadata()
+        configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            metadata.configuration()
+        )  # fmt: skip
+        struct = StructType.fromJson(json.loads(metadata.schemaString()))
+        return dict(configuration), struct
+    except Py4JError:
+        detail = DeltaTable.forPath(spark, path).detail().collect()[0]
+        return dict(detail["properties"]), spark.read.format("delta").load(path).schema
 
 
 def _is_delta(spark: SparkSession, path: str) -> bool:
@@ -185,8 +211,8 @@ def _create(spark: SparkSession, path: str, schema: ValueSchema) -> None:
 def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
     from pyspark.sql.types import _parse_datatype_string
 
-    current = spark.read.format("delta").load(path).schema
-    _check_keys(spark, path, schema, ref)
+    properties, current = table_metadata(spark, path)
+    _check_keys(properties, schema, ref)
     by_name = {f.name.casefold(): f for f in current.fields}
     target = f"delta.`{path.replace('`', '``')}`"
     for item in schema_fields(schema):
@@ -201,11 +227,8 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
                 log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
 
 
-def _check_keys(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
-    from delta.tables import DeltaTable
-
-    props = DeltaTable.forPath(spark, path).detail().collect()[0]["properties"]
-    stored = json.loads(props.get(PRIMARY_KEYS_PROPERTY, "[]"))
+def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) -> None:
+    stored = json.loads(properties.get(PRIMARY_KEYS_PROPERTY, "[]"))
     if stored != list(schema.pks):
         raise SchemaEvolutionError(
             "the primary key changed; a Delta table keeps its key: reload into a new table",

@@ -46,3 +46,16 @@ def test_header_tags_name_registry_ids_and_fingerprints():
     assert header_tag(bytearray(b"\xc3\x01" + bytes.fromhex("0011223344556677"))) == (
         "f:0011223344556677"
     )
+
+
+def test_groups_of_one_change_type_from_several_partitions_add_up():
+    got = RowSummary.of_counts([("R", 3, 3, 10, 30), ("T", 1, 1, 0, 0), ("R", 2, 2, 1, 12),
+                                ("D", 1, 1, 40, 40)])  # fmt: skip
+    assert got.counts == {"R": 5, "T": 1, "D": 1}
+    assert got.key_range == (1, 40)
+
+
+def test_a_null_key_in_any_partition_voids_the_range():
+    got = RowSummary.of_counts([("R", 3, 3, 10, 30), ("R", 2, 1, 1, 12)])
+    assert got.counts == {"R": 5}
+    assert got.key_range is None

@@ -1,0 +1,217 @@
+"""One pass over a micro-batch: read from Kafka, decode the expected schemas, cache, count.
+
+Every later step of a batch reads its rows again (truncates, uniqueness, the MERGE or append,
+rejected rows), so the batch is cached once. Caching the raw bytes and decoding them in a
+second pass costs about as much again as the read (a pass over the bytes and a second
+cache); instead the writer *expects* the writer schemas of the batch — those of the last
+batches, and on a cold start the latest value schema of each subscribed topic in the
+catalog — and decodes them while it reads, with one ``from_avro`` per expected schema:
+
+- a row whose header is expected and whose body decodes is cached as its decoded struct
+  (``__r<i>``) only; its raw bytes are left out (they are fetched again from the batch for
+  the rare row rejected later, :func:`~lakehouse_writer.read.with_raw_bytes`);
+- every other row (system topics, no header, a schema not expected, bytes that do not
+  decode) keeps its ``key`` and ``value``; :mod:`lakehouse_writer.read` decodes those whose
+  schema the catalog knows from the cache, as before.
+
+One aggregate over the cache then gives the highest offset of every topic partition, the
+headers per topic, and per expected schema the counts per change type, the decode failures
+and the first key column's range (:class:`~lakehouse_writer.apply.RowSummary`). A wrong
+guess costs speed, never correctness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer.apply import RowSummary, summary_aggregates
+from lakehouse_writer.catalog import CatalogEntry
+from lakehouse_writer.read import HEADER, body_column, header_column
+from producer_lib.errors import SchemaError
+from producer_lib.schema import ValueSchema
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+
+MAX_EXPECTED = 16  # writer schemas decoded in the first pass; the rest are decoded after
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A writer schema the batch is expected to hold.
+
+    Attributes:
+        header: The header bytes of its rows (``0x00`` + id, or ``0xC3 0x01`` + fingerprint).
+        entry: The catalog entry.
+        schema: Its value schema.
+    """
+
+    header: bytes
+    entry: CatalogEntry
+    schema: ValueSchema
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """The rows of one expected schema as decoded by the scan.
+
+    Attributes:
+        parsed: ``topic``, ``partition``, ``offset``, ``key``, ``value`` and the decoded
+            value ``__r`` (the layout of :func:`~lakehouse_writer.read.parse_rows`) of the
+            rows with this header; a part of the cached frame.
+        summary: Counts per change type and key range of the rows that decoded.
+        failures: Rows with this header that did not decode.
+    """
+
+    parsed: DataFrame
+    summary: RowSummary
+    failures: int
+
+
+@dataclass
+class BatchScan:
+    """The cached batch and what one aggregate over it found.
+
+    Attributes:
+        frame: The cached rows: ``topic``, ``partition``, ``offset``, ``HEADER``, ``key`` and
+            ``value`` (null where the row decoded) and one ``__r<i>`` per expected schema.
+        offsets: Highest offset per (topic, partition).
+        headers: Headers seen per topic (None: rows without one).
+        decoded: Per header decoded here, its rows (:class:`Decoded`).
+    """
+
+    frame: DataFrame
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    headers: dict[str, set[bytes | None]] = field(default_factory=dict)
+    decoded: dict[bytes, Decoded] = field(default_factory=dict)
+
+
+def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) -> BatchScan:
+    """Read, decode and cache the batch in one pass, then aggregate it once (see above).
+
+    Args:
+        df: The Kafka source's batch.
+        expected: The writer schemas to decode in this pass.
+        system_topics: Topics whose rows are not change rows (kept as bytes).
+    """
+    from pyspark.sql import functions as F
+
+    header = F.col(HEADER)
+    data = ~F.col("topic").isin(*system_topics) if system_topics else F.lit(True)
+    read = df.select("key", "value", "topic", "partition", "offset",
+                     header_column().alias(HEADER))  # fmt: skip
+    structs = [
+        F.when(data & (header == F.lit(e.header)), _from_avro(e)).alias(f"__r{i}")
+        for i, e in enumerate(expected)
+    ]  # fmt: skip
+    decoded = read.select("key", "value", "topic", "partition", "offset", HEADER, *structs)
+    change = _change_type(len(expected))
+    ok = change.isNotNull()
+    frame = decoded.select(
+        "topic", "partition", "offset", HEADER,
+        F.when(~ok, F.col("key")).alias("key"), F.when(~ok, F.col("value")).alias("value"),
+        *[f"__r{i}" for i in range(len(expected))],
+    ).persist()  # fmt: skip
+    found = BatchScan(frame)
+    try:
+        groups = _aggregate(frame, expected)
+    except BaseException:
+        frame.unpersist()
+        raise
+    for g in groups:
+        key = (g["topic"], int(g["partition"]))
+        found.offsets[key] = max(int(g["o"]), found.offsets.get(key, -1))
+        head = None if g[HEADER] is None else bytes(g[HEADER])
+        found.headers.setdefault(g["topic"], set()).add(head)
+    for i, e in enumerate(expected):
+        mine = [g for g in groups if g[HEADER] is not None and bytes(g[HEADER]) == e.header
+                and g["topic"] not in set(system_topics)]  # fmt: skip
+        if not mine:
+            continue
+        parsed = frame.filter(header == F.lit(e.header)).select(
+            "topic", "partition", "offset", "key", "value", F.col(f"__r{i}").alias("__r")
+        )  # fmt: skip
+        rows = [(g["change"], g["n"], g[f"valued{i}"], g[f"lo{i}"], g[f"hi{i}"]) for g in mine]
+        failures = sum(n for change, n, *_ in rows if change is None)
+        summary = RowSummary.of_counts(r for r in rows if r[0] is not None)
+        found.decoded[e.header] = Decoded(parsed, summary, failures)
+    return found
+
+
+def _from_avro(e: Expected) -> Column:
+    from pyspark.sql.avro.functions import from_avro
+
+    return from_avro(body_column(e.header), e.entry.schema_json, {"mode": "PERMISSIVE"})
+
+
+def _change_type(count: int) -> Column:
+    """The change type of a row decoded by one of the ``count`` structs; null if none."""
+    from pyspark.sql import functions as F
+
+    types = [F.col(f"__r{i}.__change_type") for i in range(count)]
+    if not types:
+        return F.lit(None).cast("string")
+    return types[0] if count == 1 else F.coalesce(*types)
+
+
+def _aggregate(frame: DataFrame, expected: list[Expected]) -> list[Any]:
+    """Rows per (topic, partition, header, change type): highest offset, count, key ranges."""
+    from pyspark.sql import functions as F
+
+    aggregates = [F.max("offset").alias("o")]
+    for i, e in enumerate(expected):
+        first = e.schema.fields.get(e.schema.pks[0]) if e.schema.pks else None
+        key = F.col(f"__r{i}.`{first.avro_name}`") if first is not None else None
+        n, valued, lo, hi = summary_aggregates(key)
+        if i == 0:
+            aggregates.append(n)
+        aggregates += [valued.alias(f"valued{i}"), lo.alias(f"lo{i}"), hi.alias(f"hi{i}")]
+    if not expected:
+        aggregates.append(F.count(F.lit(1)).alias("n"))
+    by = ["topic", "partition", HEADER, _change_type(len(expected)).alias("change")]
+    return frame.groupBy(*by).agg(*aggregates).collect()
+
+
+class ExpectedSchemas:
+    """The writer schemas the next batch is expected to hold (most recently seen first).
+
+    Args:
+        limit: At most this many are decoded in the first pass.
+    """
+
+    def __init__(self, limit: int = MAX_EXPECTED) -> None:
+        self._limit = limit
+        self._seen: OrderedDict[bytes, Expected] = OrderedDict()
+
+    def __bool__(self) -> bool:
+        return bool(self._seen)
+
+    def guess(self) -> list[Expected]:
+        """The schemas to decode in the next first pass."""
+        return list(self._seen.values())[: self._limit]
+
+    def saw(self, header: bytes, entry: CatalogEntry) -> None:
+        """A batch held rows of this writer schema (it becomes the most recent)."""
+        if header in self._seen:
+            self._seen.move_to_end(header, last=False)
+            return
+        try:
+            schema = ValueSchema.from_avro_json(entry.schema_json)
+        except SchemaError:
+            return  # not a value schema: its rows are rejected by the decode
+        self._seen[header] = Expected(header, entry, schema)
+        self._seen.move_to_end(header, last=False)
+        while len(self._seen) > self._limit:
+            self._seen.popitem()
+
+    def seed(self, candidates: Iterable[tuple[bytes, CatalogEntry]]) -> None:
+        """On a cold start: schemas the catalog holds (the first ones win when over limit)."""
+        for header, entry in reversed(list(candidates)[: self._limit]):
+            self.saw(header, entry)
+
