@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lakehouse_writer.apply import conform
 from lakehouse_writer.errors import SchemaEvolutionError
 from lakehouse_writer.tables import TableManager, TableRef, path_segment
 from producer_lib.schema import AvroInt, AvroLong, AvroNVarchar, AvroShort, ValueSchema
@@ -46,8 +47,15 @@ def test_table_is_created_with_original_names_comments_and_properties(spark, tmp
     assert props["flow.owner_email"] == "owner@example.com"
     assert props["flow.repo_url"] == "https://git.example.com/flows"
     assert props["delta.enableChangeDataFeed"] == "true"
-    assert props["delta.columnMapping.mode"] == "name"
+    assert "delta.columnMapping.mode" not in props  # $ and umlauts need no column mapping
     assert detail["description"] == "sales"
+
+
+def test_a_name_parquet_cannot_hold_turns_on_column_mapping(spark, tmp_path):
+    info = TableManager(spark, str(tmp_path)).ensure(_schema(extra=True))  # "NEW COL"
+    props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
+    assert props["delta.columnMapping.mode"] == "name"
+    assert "NEW COL" in info.columns
 
 
 def test_new_columns_are_added_and_types_widened(spark, tmp_path):
@@ -55,6 +63,13 @@ def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     tables.ensure(_schema(AvroShort()))
     info = tables.ensure(_schema(AvroLong(), extra=True))
     assert info.columns["NEW COL"].simpleString() == "string"
+    props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
+    assert props["delta.columnMapping.mode"] == "name"  # turned on for the space in the name
+    given = spark.sql("SELECT 1L AS ID, 'x' AS `NEW COL`, 'I' AS __change_type, "
+                      "current_timestamp() AS __change_time, 'test' AS __source_system")  # fmt: skip
+    conform(given, info).write.format("delta").mode("append").save(info.path)
+    row = spark.read.format("delta").load(info.path).collect()[0]
+    assert (row["ID"], row["NEW COL"]) == (1, "x")
     assert info.columns["REVENUE$"].simpleString() == "bigint"
     narrower = tables.ensure(_schema(AvroInt(), extra=True))  # old writers keep working
     assert narrower.columns["REVENUE$"].simpleString() == "bigint"
