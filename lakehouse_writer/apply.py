@@ -5,8 +5,11 @@ by original name, the technical fields, ``topic``/``partition``/``offset`` and o
 raw ``__raw_key``/``__raw_value`` bytes for rejected rows; the writer leaves them out and fills
 them in from the batch) and it applies them, idempotently per ``batch_id``:
 
-1. TRUNCATE rows (``T``) become one Delta DELETE of the rows in their scope older than them;
-   rows of the batch they cover are dropped too (see :mod:`lakehouse_writer.truncate`).
+1. TRUNCATE rows (``T``) become one Delta DELETE of the rows in their scope older than them
+   (see :mod:`lakehouse_writer.truncate`). Rows of the batch older than a TRUNCATE are
+   merged before it (steps 2-4 on those rows; usually there are none: the rows share the
+   TRUNCATE's transaction), so it covers what they left — the image of an update, the
+   payload an ARCHIVE kept. Rows covered by TRUNCATEs of earlier batches are dropped.
 2. BEFORE images (``B``) become deletes of the old key when their update moved the key. The
    pair of a ``B`` is the ``U`` with the same ``__change_time`` and ``__source_rowid``, or —
    when ``__source_rowid`` is null — the ``U`` right after it (same partition, offset + 1).
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
+from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
@@ -107,17 +111,42 @@ def apply_batch(
     rejected = _unknown_type_rows(df, table, bad_truncates, counts)
     if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
         rejected = _union(rejected, _refused_rows(df, table, counts))
+    rows = df.filter(F.col("__change_type") != "T")
+    if applied_truncates:
+        rows = rows.filter(~truncated(applied_truncates, table.columns))
+    before: list[tuple[DataFrame | None, list[Truncate]]] = []
+    if truncates and not table.append_only:
+        with steps("truncate"):
+            before, truncates_last = _segments(rows, truncates)
+            writes = sum((rows is not None) + bool(group) for rows, group in before)
+            if writes >= txn.STEP_TRUNCATE:  # refused before any write: nothing half-applied
+                raise LakehouseWriterError(
+                    "the batch needs too many writes to apply its rows and TRUNCATEs in time "
+                    "order; lower --max-offsets-per-trigger", table=table.ref.qualified,
+                    batch=batch_id, writes=writes,
+                )  # fmt: skip
+            step = 0
+            for earlier, group in before:  # rows older than a TRUNCATE first, then it
+                if earlier is not None:
+                    _merge_rows(earlier, table, app_id, txn.segment_version(batch_id, step),
+                                summary)  # fmt: skip
+                    step += 1
+                if group:
+                    _delete_truncated(spark, table, group, app_id,
+                                      txn.segment_version(batch_id, step))  # fmt: skip
+                    step += 1
+            rows = rows.filter(F.col("__change_time") >= _timestamp(truncates_last[0]))
+    else:
+        truncates_last = truncates
+        if truncates:
+            rows = rows.filter(~truncated(truncates, table.columns))
     known_empty = False  # True: the table holds no rows (no need to look again)
-    if truncates:
+    if truncates_last:
         with steps("truncate"):
             known_empty = _is_empty(spark, table)  # a first load's TRUNCATE deletes nothing
             if not known_empty:
                 version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
-                _delete_truncated(spark, table, truncates, app_id, version)
-    covering = [*truncates, *applied_truncates]
-    rows = df.filter(F.col("__change_type") != "T")
-    if covering:
-        rows = rows.filter(~truncated(covering, table.columns))
+                _delete_truncated(spark, table, truncates_last, app_id, version)
     fast = False
     with steps("rows"):
         if table.append_only:
@@ -125,8 +154,8 @@ def apply_batch(
                 _append(rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id,
                         batch_id)  # fmt: skip
         else:
-            fast = _merge_or_append(rows, table, app_id, batch_id, truncates, summary,
-                                    known_empty)  # fmt: skip
+            fast = _merge_or_append(rows, table, app_id, batch_id, truncates_last, summary,
+                                    known_empty and not before)  # fmt: skip
     with steps("purge"):
         purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
@@ -304,10 +333,54 @@ def _merge_or_append(
         _append(rows if unique else latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True
     if any(counts.get(c) for c in (*UPSERT_TYPES, *DELETE_TYPES, "B", "P")):
-        actions = _with_actions(rows, table, counts)
-        latest = latest_per_key(actions, table.keys, _payload(table))
-        _merge(latest, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS), summary.key_range)
+        _merge_rows(rows, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS), summary)
     return False
+
+
+def _merge_rows(
+    rows: DataFrame, table: TableInfo, app_id: str, version: int, summary: RowSummary
+) -> None:
+    """One MERGE of ``rows``: their actions, the last per key, the change-time guard."""
+    actions = _with_actions(rows, table, summary.counts)
+    latest = latest_per_key(actions, table.keys, _payload(table))
+    _merge(latest, table, app_id, version, summary.key_range)
+
+
+def _segments(
+    rows: DataFrame, truncates: list[Truncate]
+) -> tuple[list[tuple[DataFrame | None, list[Truncate]]], list[Truncate]]:
+    """How a batch with TRUNCATEs is applied in time order.
+
+    A row older than a TRUNCATE of its batch is applied before it, and the TRUNCATE then
+    deletes what it covers of the result: the row may supersede an older row of its key
+    (which must not win instead), and an ARCHIVE keeps the payload it finds before the
+    TRUNCATE. Returns the steps before the latest TRUNCATEs — (rows to merge, or None, then
+    the TRUNCATEs to delete) — and the latest TRUNCATEs, applied as usual with the rows not
+    older than them. Usually the rows share the TRUNCATE's transaction: no step before.
+    """
+    from pyspark.sql import functions as F
+
+    times = sorted({t.time_us for t in truncates})
+    older = rows.filter(F.col("__change_time") < F.timestamp_micros(F.lit(times[-1])))
+    row_times = sorted(r[0] for r in older.select(F.unix_micros("__change_time")).distinct()
+                       .collect())  # fmt: skip
+    steps: list[tuple[DataFrame | None, list[Truncate]]] = []
+    pending: list[Truncate] = []  # not deleted yet
+    start: int | None = None
+    time = F.unix_micros("__change_time")
+    for boundary in times:
+        if any((start is None or start <= t) and t < boundary for t in row_times):
+            if pending:  # deleted before the rows between them and ``boundary``
+                if steps and not steps[-1][1]:
+                    steps[-1] = (steps[-1][0], pending)
+                else:
+                    steps.append((None, pending))
+                pending = []
+            within = time < boundary if start is None else (time >= start) & (time < boundary)
+            steps.append((rows.filter(within), []))
+        pending += [t for t in truncates if t.time_us == boundary]
+        start = boundary
+    return steps, pending
 
 
 def unique_keys(rows: DataFrame, keys: tuple[str, ...]) -> bool:
@@ -496,6 +569,12 @@ def _least(a: Any, b: Any) -> Any:
 
 def _greatest(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
+
+
+def _timestamp(truncate: Truncate) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.timestamp_micros(F.lit(truncate.time_us))
 
 
 def _union(a: DataFrame | None, b: DataFrame | None) -> DataFrame | None:

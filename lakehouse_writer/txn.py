@@ -5,8 +5,10 @@ writer options; MERGE/DELETE/UPDATE read them from session confs, which stay set
 and would make the next, different write look like a replay — so :func:`delta_txn` always
 clears them again.
 
-One batch may write a table more than once (TRUNCATE's delete, then the MERGE), so the Delta
-version is ``batch_id * STEPS + step``: each step of each batch has its own, increasing number.
+One batch may write a table more than once (TRUNCATE's delete, then the MERGE; a batch whose
+rows are older than its TRUNCATE merges them first), so the Delta version is
+``batch_id * STEPS + step``: each write of each batch has its own number, increasing in the
+order of the writes.
 The app id comes from the writer's instance id (a UUID kept in the checkpoint directory), so a
 new checkpoint — whose batch ids restart at 0 — is never taken for a replay.
 """
@@ -24,14 +26,20 @@ if TYPE_CHECKING:
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-STEPS = 4  # writes per table per batch: 0 truncate, 1 rows, 2 system tables
-STEP_TRUNCATE, STEP_ROWS, STEP_SYSTEM = 0, 1, 2
+STEPS = 1024  # numbers per batch: segments from 0 up, then truncate and rows; system tables
+STEP_TRUNCATE, STEP_ROWS, STEP_SYSTEM = STEPS - 2, STEPS - 1, 0
 _INSTANCE_FILE = "lakehouse_writer_instance"
 
 
 def txn_version(batch_id: int, step: int) -> int:
     """The Delta txnVersion of ``step`` within micro-batch ``batch_id``."""
     return batch_id * STEPS + step
+
+
+def segment_version(batch_id: int, step: int) -> int:
+    """The txnVersion of a batch's ``step``-th write before its latest TRUNCATE (from 0)."""
+    assert 0 <= step < STEP_TRUNCATE, step
+    return txn_version(batch_id, step)
 
 
 def app_id_for(instance_id: str, table: str) -> str:

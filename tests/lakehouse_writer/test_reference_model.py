@@ -381,6 +381,15 @@ def test_fixed_writer_bug(harness, pinned):
     assert not reports, "\n\n".join(reports)
 
 
+@pytest.mark.parametrize("name", ["update-older-than-a-scoped-truncate",
+                                  "archive-before-a-scoped-truncate"])  # fmt: skip
+def test_the_model_applies_a_truncate_after_the_older_rows_of_its_batch(name):
+    """The update (its image) and the ARCHIVE (the stored image it keeps) are in the scope."""
+    seq = model.FIXED_WRITER_BUGS[name]
+    result = model.expected(seq, {c.seq: (c.partition, c.seq) for _, c in seq.changes()})
+    assert result.rows == []
+
+
 @pytest.mark.parametrize(("txns", "want"), [
     ([[("I", 1, 0, 1)], [("I", 2, 0, 2), ("T", 0, 1, 3)]], [(2, "n2", "I")]),
     ([[("I", 1, 1, 1), ("D", 1, 0, 2)]], [(1, "n1", "I")]),  # the last by (partition, offset)

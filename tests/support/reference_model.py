@@ -338,6 +338,13 @@ def _key(seq: Sequence, change: Change) -> tuple[Any, ...]:
     return tuple(change.values.get(k) for k in seq.keys)
 
 
+def _change(code: str, k: int, region: str | None, seq: int,
+            scope: Mapping[str, Any] | None = None) -> Change:  # fmt: skip
+    """A hand-written change on partition 0 with a REGION (what a scoped TRUNCATE looks at)."""
+    return Change(code, {"K1": k, "REGION": region, "GRP": 1, "NOTE": f"n{seq}", "SEQ": seq}, 0,
+                  scope=scope)  # fmt: skip
+
+
 def _pinned(keys: tuple[str, ...], *rows: tuple[str, int, int, int]) -> Sequence:
     """One row per transaction, all applied by one writer run."""
     txns = tuple(transaction(row) for row in rows)
@@ -363,6 +370,20 @@ FIXED_WRITER_BUGS: dict[str, Sequence] = {
     ), 3),
     # on an append-only table a D before a TRUNCATE in one batch never reached _rejected
     "append-only-delete-before-a-truncate": _pinned((), ("D", 1, 0, 1000), ("T", 1, 0, 1001)),
+    # an update older than a scoped TRUNCATE of its batch was dropped before the last row per
+    # key was taken, so the insert it replaced came back (the TRUNCATE covers the update)
+    "update-older-than-a-scoped-truncate": Sequence("S000", ("K1",), 2, (
+        Transaction((_change("I", 1, "B", 1000),)),
+        Transaction((_change("U", 1, "A", 1001),)),
+        Transaction((_change("T", 0, None, 1002, scope={"REGION": "A"}),)),
+    ), 3),
+    # an ARCHIVE keeps the stored payload, which a later scoped TRUNCATE of its batch covers;
+    # the TRUNCATE deleted the stored row first and the ARCHIVE then inserted its own image
+    "archive-before-a-scoped-truncate": Sequence("S000", ("K1",), 2, (
+        Transaction((_change("I", 1, "A", 1000),)),
+        Transaction((_change("P", 1, "B", 1001),)),
+        Transaction((_change("T", 0, None, 1002, scope={"REGION": "A"}),)),
+    ), 1),
 }
 """Minimal sequences of writer bugs found by the random test and fixed; each runs strictly,
 all in one micro-batch (where the bugs showed)."""
