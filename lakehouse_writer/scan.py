@@ -103,7 +103,8 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
     from pyspark.sql import functions as F
 
     header = F.col(HEADER)
-    data = ~F.col("topic").isin(*system_topics) if system_topics else F.lit(True)
+    system = set(system_topics)
+    data = ~F.col("topic").isin(*system) if system else F.lit(True)
     read = df.select("key", "value", "topic", "partition", "offset",
                      header_column().alias(HEADER))  # fmt: skip
     structs = [
@@ -131,7 +132,7 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         found.headers.setdefault(g["topic"], set()).add(head)
     for i, e in enumerate(expected):
         mine = [g for g in groups if g[HEADER] is not None and bytes(g[HEADER]) == e.header
-                and g["topic"] not in set(system_topics)]  # fmt: skip
+                and g["topic"] not in system]  # fmt: skip
         if not mine:
             continue
         parsed = frame.filter(header == F.lit(e.header)).select(

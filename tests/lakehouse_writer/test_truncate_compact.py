@@ -29,3 +29,16 @@ def test_truncates_of_one_time_with_a_null_scope_value_are_ordered(spark):
     ).selectExpr("__change_type", "timestamp_micros(t) AS __change_time", "__truncate")
     got = [(t.time_us, t.scope) for t in collect_truncates(df)]
     assert got == [(3, {}), (5, {"REGION": "A"}), (5, {"REGION": None})]
+
+
+@pytest.mark.spark
+def test_the_truncate_pass_also_finds_the_oldest_other_row(spark):
+    from lakehouse_writer.truncate import truncates_and_oldest_row
+
+    df = spark.createDataFrame(
+        [("I", 7, None), ("T", 5, None), ("U", 4, None), ("T", 5, None)],
+        "__change_type STRING, t LONG, __truncate MAP<STRING, STRING>",
+    ).selectExpr("__change_type", "timestamp_micros(t) AS __change_time", "__truncate")
+    assert truncates_and_oldest_row(df) == ([Truncate(5, {})], 4)
+    only_truncates = df.filter("__change_type = 'T'")
+    assert truncates_and_oldest_row(only_truncates) == ([Truncate(5, {})], None)

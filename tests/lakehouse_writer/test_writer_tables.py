@@ -66,7 +66,8 @@ def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
     assert props["delta.columnMapping.mode"] == "name"  # turned on for the space in the name
     given = spark.sql("SELECT 1L AS ID, 'x' AS `NEW COL`, 'I' AS __change_type, "
-                      "current_timestamp() AS __change_time, 'test' AS __source_system")  # fmt: skip
+                      "current_timestamp() AS __change_time, "
+                      "'test' AS __source_system")  # fmt: skip
     conform(given, info).write.format("delta").mode("append").save(info.path)
     row = spark.read.format("delta").load(info.path).collect()[0]
     assert (row["ID"], row["NEW COL"]) == (1, "x")
