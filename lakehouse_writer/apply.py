@@ -40,7 +40,12 @@ from lakehouse_writer import txn
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.timing import Steps
-from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
+from lakehouse_writer.truncate import (
+    Truncate,
+    truncated,
+    truncates_and_oldest_row,
+    unknown_columns,
+)
 from producer_lib.schema import TECHNICAL_FIELDS
 
 if TYPE_CHECKING:
@@ -106,7 +111,7 @@ def apply_batch(
     with steps("summary"):
         summary = summary or summarize_rows(df, table)
         counts = summary.counts
-        found = collect_truncates(df) if counts.get("T") else []
+        found, oldest = truncates_and_oldest_row(df) if counts.get("T") else ([], None)
     truncates, bad_truncates = _split_truncates(found, table)
     rejected = _unknown_type_rows(df, table, bad_truncates, counts)
     if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
@@ -114,11 +119,10 @@ def apply_batch(
     rows = df.filter(F.col("__change_type") != "T")
     if applied_truncates:
         rows = rows.filter(~truncated(applied_truncates, table.columns))
-    before: list[tuple[DataFrame | None, list[Truncate]]] = []
     if truncates and not table.append_only:
         with steps("truncate"):
-            before, truncates_last = _segments(rows, truncates)
-            writes = sum((rows is not None) + bool(group) for rows, group in before)
+            before, truncates_last = _segments(rows, truncates, oldest)
+            writes = sum((segment is not None) + bool(group) for segment, group in before)
             if writes >= txn.STEP_TRUNCATE:  # refused before any write: nothing half-applied
                 raise LakehouseWriterError(
                     "the batch needs too many writes to apply its rows and TRUNCATEs in time "
@@ -155,7 +159,7 @@ def apply_batch(
                         batch_id)  # fmt: skip
         else:
             fast = _merge_or_append(rows, table, app_id, batch_id, truncates_last, summary,
-                                    known_empty and not before)  # fmt: skip
+                                    known_empty)  # fmt: skip
     with steps("purge"):
         purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
@@ -347,7 +351,7 @@ def _merge_rows(
 
 
 def _segments(
-    rows: DataFrame, truncates: list[Truncate]
+    rows: DataFrame, truncates: list[Truncate], oldest: int | None = None
 ) -> tuple[list[tuple[DataFrame | None, list[Truncate]]], list[Truncate]]:
     """How a batch with TRUNCATEs is applied in time order.
 
@@ -356,11 +360,14 @@ def _segments(
     (which must not win instead), and an ARCHIVE keeps the payload it finds before the
     TRUNCATE. Returns the steps before the latest TRUNCATEs — (rows to merge, or None, then
     the TRUNCATEs to delete) — and the latest TRUNCATEs, applied as usual with the rows not
-    older than them. Usually the rows share the TRUNCATE's transaction: no step before.
+    older than them. Usually the rows share the TRUNCATE's transaction: no step before,
+    and with ``oldest`` (the oldest row's time, when known) no Spark job either.
     """
     from pyspark.sql import functions as F
 
     times = sorted({t.time_us for t in truncates})
+    if oldest is not None and oldest >= times[-1]:
+        return [], truncates
     older = rows.filter(F.col("__change_time") < F.timestamp_micros(F.lit(times[-1])))
     row_times = sorted(r[0] for r in older.select(F.unix_micros("__change_time")).distinct()
                        .collect())  # fmt: skip
@@ -431,19 +438,21 @@ def latest_per_key(
 ) -> DataFrame:
     """One row per key: the last by (``__change_time``, partition, offset).
 
-    Within one transaction the last row wins outright (DESIGN), so the rows of the last
-    row's transaction before it do not count. With ``payload`` (the table's non-technical
-    columns) ``rows`` carry an ``__action``, and a last row that archives (``P``) after an
-    upsert or delete of its key by an earlier transaction in ``rows`` is folded with that
-    row (the latest one that does not archive), so the result does not depend on where
-    micro-batches end:
+    Within one transaction the last row wins outright (DESIGN): only the last row of each
+    transaction counts. With ``payload`` (the table's non-technical columns) ``rows`` carry
+    an ``__action``, and a last row that archives (``P``) takes the payload the batch's
+    earlier transactions leave it, so the result does not depend on where micro-batches end.
+    With N the latest earlier transaction's row that does not archive:
 
-    - after an upsert: action ``upsert_archive``, the upsert's payload with the archive's
-      technical fields (the archive keeps the payload it finds);
-    - after a delete: action ``delete_archive``, the archive's own image (it finds no row);
+    - N upserts: action ``upsert_archive``, N's payload with the archive's technical fields
+      (every archive after N keeps N's payload);
+    - N deletes: action ``delete_archive``, the payload of the first archive after N (it
+      finds no row and stores its own image; the later ones keep it);
+    - no N: action ``archive`` with the payload of the batch's first archive, inserted when
+      no row is stored (a stored row keeps its payload);
 
-    and ``__base_time`` holds the folded row's ``__change_time``: the MERGE applies the fold
-    only over stored rows that are not newer than it, else it archives the stored row.
+    and ``__base_time`` holds N's ``__change_time``: the MERGE applies the fold only over
+    stored rows that are not newer than N, else it archives the stored row.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -454,20 +463,26 @@ def latest_per_key(
     if payload is None:
         return ranked.filter("__rank = 1").drop("__rank")
     whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    last_time = F.first(F.col("__change_time")).over(whole)  # the last row's transaction
-    acts = (F.col(ACTION) != "archive") & (F.col("__change_time") < last_time)
-    base_fields = [F.col(_q(c)) for c in payload if c in rows.columns]
-    base = F.struct(*base_fields, F.col("__change_time"), F.col(ACTION))
-    last = ranked.withColumn(BASE, F.first(F.when(acts, base), ignorenulls=True).over(whole))
-    last = last.filter("__rank = 1").drop("__rank")
-    folded = (F.col(ACTION) == "archive") & F.col(BASE).isNotNull()
+    later_time = F.lag("__change_time").over(ordered)  # of the next row in time, if any
+    last_of_txn = later_time.isNull() | (later_time != F.col("__change_time"))  # one per txn
+    txns = ranked.withColumn("__txn_last", last_of_txn).filter("__txn_last").drop("__txn_last")
+    archives = F.col(ACTION) == "archive"
+    fields = [F.col(_q(c)) for c in payload if c in rows.columns]
+    base = F.struct(*fields, F.col("__change_time"), F.col(ACTION))
+    txns = txns.withColumn(BASE, F.first(F.when(~archives, base), ignorenulls=True).over(whole))
+    after_base = F.col(BASE).isNull() | (F.col("__change_time") > F.col(f"{BASE}.__change_time"))
+    first_archive = F.last(F.when(archives & after_base, F.struct(*fields)), ignorenulls=True)
+    last = txns.withColumn("__first_p", first_archive.over(whole)).filter("__rank = 1")
+    folded = archives & F.col(BASE).isNotNull()
     take_base = folded & (F.col(f"{BASE}.{ACTION}") == "upsert")
     columns = [
-        F.when(take_base, F.col(f"{BASE}.{_q(c)}")).otherwise(F.col(_q(c))).alias(c)
+        F.when(take_base, F.col(f"{BASE}.{_q(c)}"))
+        .when(archives, F.col(f"__first_p.{_q(c)}"))
+        .otherwise(F.col(_q(c))).alias(c)
         if c in set(payload) else F.col(_q(c))
         for c in rows.columns
         if c != ACTION
-    ]
+    ]  # fmt: skip
     action = F.when(folded, F.concat(F.col(f"{BASE}.{ACTION}"), F.lit("_archive")))
     return last.select(
         *columns,

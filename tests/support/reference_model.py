@@ -370,6 +370,20 @@ FIXED_WRITER_BUGS: dict[str, Sequence] = {
     ), 3),
     # on an append-only table a D before a TRUNCATE in one batch never reached _rejected
     "append-only-delete-before-a-truncate": _pinned((), ("D", 1, 0, 1000), ("T", 1, 0, 1001)),
+    # an ARCHIVE after a delete stores its own image; a later ARCHIVE keeps that image, but
+    # the writer folded the last ARCHIVE with the delete and stored the last one's image
+    "archives-after-a-delete": _pinned(
+        ("K1",), ("I", 1, 0, 1000), ("D", 1, 0, 1001), ("P", 1, 0, 1002), ("P", 1, 0, 1003)
+    ),
+    # ... likewise two ARCHIVEs of a key stored nowhere: the first one's image stays
+    "archives-of-an-absent-key": _pinned(("K1",), ("P", 1, 0, 1000), ("P", 1, 0, 1001)),
+    # an upsert that is not the last row of its transaction does not count: the ARCHIVE
+    # after it archived the insert, and so does the next one
+    "archive-after-an-upsert-its-transaction-archived": Sequence("S000", ("K1",), 2, (
+        transaction(("I", 1, 0, 1000)),
+        transaction(("U", 1, 0, 1001), ("P", 1, 0, 1002)),
+        transaction(("P", 1, 0, 1003)),
+    ), 3),
     # an update older than a scoped TRUNCATE of its batch was dropped before the last row per
     # key was taken, so the insert it replaced came back (the TRUNCATE covers the update)
     "update-older-than-a-scoped-truncate": Sequence("S000", ("K1",), 2, (
