@@ -33,6 +33,8 @@ from lakehouse_writer.system_tables import REJECTED, append_system, log_rows, re
 from lakehouse_writer.tables import TableManager
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import TRUNCATE_LOG_SCHEMA, TruncateLog
+from producer_lib.errors import SchemaError
+from producer_lib.schema.framing import single_object_header
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -163,9 +165,15 @@ class BatchProcessor:
         except LakehouseWriterError as exc:  # the batch decodes what it finds all the same
             log.warning("schema catalog not read; nothing expected error=%s", exc)
             return
-        self._expected.seed((b"\xc3\x01" + bytes.fromhex(fingerprint), entry)
-                            for fingerprint, entry in latest
-                            if entry.topic and self._ours(entry.topic))  # fmt: skip
+        candidates = []
+        for fingerprint, entry in latest:
+            if not (entry.topic and self._ours(entry.topic)):
+                continue
+            try:
+                candidates.append((single_object_header(bytes.fromhex(fingerprint)), entry))
+            except (ValueError, SchemaError):  # a bad catalog record: its rows decode later
+                log.warning("catalog fingerprint not usable fingerprint=%s", fingerprint)
+        self._expected.seed(candidates)
 
     def _read_commits(
         self, df: DataFrame, topics: set[str]

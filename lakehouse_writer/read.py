@@ -90,11 +90,11 @@ def header_tag(header: bytes) -> str:
     return f"f:{header[2:10].hex()}"
 
 
-def body_column(header: bytes) -> Column:
-    """The Avro body of ``value``: the bytes after the header (``header``: its bytes)."""
+def body_column(header_length: int) -> Column:
+    """The Avro body of ``value``: the bytes after its header of ``header_length`` bytes."""
     from pyspark.sql import functions as F
 
-    skip = len(header)
+    skip = header_length
     return F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
 
 
@@ -252,7 +252,7 @@ def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
     from pyspark.sql.avro.functions import from_avro
 
     skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
-    body = body_column(bytes(skip))
+    body = body_column(skip)
     decoded = from_avro(body, schema_json, {"mode": "PERMISSIVE"}).alias("__r")
     return rows.select("topic", "partition", "offset", decoded)
 

@@ -148,7 +148,7 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
 def _from_avro(e: Expected) -> Column:
     from pyspark.sql.avro.functions import from_avro
 
-    return from_avro(body_column(e.header), e.entry.schema_json, {"mode": "PERMISSIVE"})
+    return from_avro(body_column(len(e.header)), e.entry.schema_json, {"mode": "PERMISSIVE"})
 
 
 def _change_type(count: int) -> Column:
