@@ -40,12 +40,7 @@ from lakehouse_writer import txn
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.timing import Steps
-from lakehouse_writer.truncate import (
-    Truncate,
-    truncated,
-    truncates_and_oldest_row,
-    unknown_columns,
-)
+from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
 
 if TYPE_CHECKING:
@@ -111,7 +106,7 @@ def apply_batch(
     with steps("summary"):
         summary = summary or summarize_rows(df, table)
         counts = summary.counts
-        found, oldest = truncates_and_oldest_row(df) if counts.get("T") else ([], None)
+        found = collect_truncates(df) if counts.get("T") else []
     truncates, bad_truncates = _split_truncates(found, table)
     rejected = _unknown_type_rows(df, table, bad_truncates, counts)
     if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
@@ -121,7 +116,7 @@ def apply_batch(
         rows = rows.filter(~truncated(applied_truncates, table.columns))
     if truncates and not table.append_only:
         with steps("truncate"):
-            before, truncates_last = _segments(rows, truncates, oldest)
+            before, truncates_last = _segments(rows, truncates, summary.oldest)
             writes = sum((segment is not None) + bool(group) for segment, group in before)
             if writes >= txn.STEP_TRUNCATE:  # refused before any write: nothing half-applied
                 raise LakehouseWriterError(
@@ -180,76 +175,83 @@ class RowSummary:
             not TRUNCATEs (whose key fields hold placeholders); None when there is no key, no
             such row, or one of them has a NULL there. The MERGE restricts the target to it,
             so Delta skips the data files outside it.
+        oldest: The oldest ``__change_time`` (µs) of the rows that are not TRUNCATEs; None
+            when there is no such row. A batch whose TRUNCATEs are not newer than it needs no
+            MERGE before them (:func:`_segments`).
     """
 
     counts: dict[str | None, int]
     key_range: tuple[Any, Any] | None
+    oldest: int | None = None
 
     @classmethod
     def of_groups(cls, groups: Iterable[Any]) -> RowSummary:
         """From the rows of :func:`summary_aggregates` grouped by change type (first)."""
-        return cls.of_counts((g[0], g["n"], g["valued"], g["lo"], g["hi"]) for g in groups)
+        return cls.of_counts((g[0], g["n"], g["valued"], g["lo"], g["hi"], g["oldest"])
+                             for g in groups)  # fmt: skip
 
     @classmethod
     def of_counts(
-        cls, groups: Iterable[tuple[str | None, int, int | None, Any, Any]]
+        cls, groups: Iterable[tuple[str | None, int, int | None, Any, Any, int | None]]
     ) -> RowSummary:
-        """From (change type, rows, rows with a first key, lowest key, highest key) tuples.
+        """From tuples: change type, rows, rows with a first key, lowest key, highest key, oldest.
 
         A change type may come in several tuples (one per partition, say); they add up.
         """
-        by_change: dict[str | None, tuple[int, int | None, Any, Any]] = {}
-        for change, n, valued, lo, hi in groups:
+        by_change: dict[str | None, tuple[int, int | None, Any, Any, int | None]] = {}
+        for change, n, valued, lo, hi, oldest in groups:
             if change in by_change:
-                m, v, low, high = by_change[change]
+                m, v, low, high, old = by_change[change]
                 valued = None if v is None or valued is None else v + valued
-                lo, hi = _least(low, lo), _greatest(high, hi)
+                lo, hi, oldest = _least(low, lo), _greatest(high, hi), _least(old, oldest)
                 n += m
-            by_change[change] = (n, valued, lo, hi)
-        groups = [(change, *rest) for change, rest in by_change.items()]
-        counts = {change: n for change, n, *_ in groups}
-        keyed = [g for g in groups if g[0] != "T"]
-        if not keyed or any(valued is None or valued < n for _, n, valued, _, _ in keyed):
-            return cls(counts, None)  # no key column, or a NULL key (it matches NULL only)
-        return cls(counts, (min(g[3] for g in keyed), max(g[4] for g in keyed)))
+            by_change[change] = (n, valued, lo, hi, oldest)
+        counts = {change: n for change, (n, *_) in by_change.items()}
+        keyed = [g for change, g in by_change.items() if change != "T"]
+        oldest = min((g[4] for g in keyed if g[4] is not None), default=None)
+        if not keyed or any(valued is None or valued < n for n, valued, *_ in keyed):
+            return cls(counts, None, oldest)  # no key column, or a NULL key (matches NULL)
+        return cls(counts, (min(g[2] for g in keyed), max(g[3] for g in keyed)), oldest)
 
     def merge(self, other: RowSummary) -> RowSummary:
         """The summary of both sets of rows (one table's rows of two writer schemas)."""
         counts = dict(self.counts)
         for change, n in other.counts.items():
             counts[change] = counts.get(change, 0) + n
+        oldest = _least(self.oldest, other.oldest)
         mine, theirs = (any(c != "T" for c in x.counts) for x in (self, other))
         if not (mine and theirs):
-            return RowSummary(counts, self.key_range if mine else other.key_range)
+            return RowSummary(counts, self.key_range if mine else other.key_range, oldest)
         if self.key_range is None or other.key_range is None:
-            return RowSummary(counts, None)
+            return RowSummary(counts, None, oldest)
         low = min(self.key_range[0], other.key_range[0])
-        return RowSummary(counts, (low, max(self.key_range[1], other.key_range[1])))
+        return RowSummary(counts, (low, max(self.key_range[1], other.key_range[1])), oldest)
 
 
-def summary_aggregates(first_key: Column | None) -> list[Column]:
+def summary_aggregates(first_key: Column | None, change_time: Column) -> list[Column]:
     """The aggregates of :class:`RowSummary`, to group by change type.
 
-    They are: rows (``n``), and of the first key column (None: no key) the rows with a value,
-    the lowest and the highest.
+    They are: rows (``n``); of the first key column (None: no key) the rows with a value,
+    the lowest and the highest; and the oldest ``change_time`` in µs (``oldest``).
     """
     from pyspark.sql import functions as F
 
     n = F.count(F.lit(1)).alias("n")
+    oldest = F.min(F.unix_micros(change_time)).alias("oldest")
     if first_key is None:
         none = F.lit(None)
-        return [n, none.alias("valued"), none.alias("lo"), none.alias("hi")]
+        return [n, none.alias("valued"), none.alias("lo"), none.alias("hi"), oldest]
     return [n, F.count(first_key).alias("valued"), F.min(first_key).alias("lo"),
-            F.max(first_key).alias("hi")]  # fmt: skip
+            F.max(first_key).alias("hi"), oldest]  # fmt: skip
 
 
 def summarize_rows(df: DataFrame, table: TableInfo) -> RowSummary:
-    """Counts per change type and the first key column's range, in one job."""
+    """Counts per change type, the first key column's range and the oldest row, in one job."""
     from pyspark.sql import functions as F
 
     first = F.col(_q(table.keys[0])) if table.keys else None
-    return RowSummary.of_groups(df.groupBy("__change_type").agg(*summary_aggregates(first))
-                                .collect())  # fmt: skip
+    aggregates = summary_aggregates(first, F.col("__change_time"))
+    return RowSummary.of_groups(df.groupBy("__change_type").agg(*aggregates).collect())
 
 
 def _split_truncates(
@@ -391,11 +393,16 @@ def _segments(
 
 
 def unique_keys(rows: DataFrame, keys: tuple[str, ...]) -> bool:
-    """True when no key occurs twice in ``rows`` (an aggregate over the key columns only)."""
+    """True when no key occurs twice in ``rows``.
+
+    It groups by a 64-bit hash of the key (one long to shuffle, whatever the key columns): two
+    keys that share a hash count as a repeat, so the answer may be a needless False (the
+    caller then dedupes), never a wrong True.
+    """
     from pyspark.sql import functions as F
 
-    repeated = rows.groupBy(*[F.col(_q(k)) for k in keys]).count().filter(F.col("count") > 1)
-    return repeated.isEmpty()
+    hashed = rows.groupBy(F.xxhash64(*[F.col(_q(k)) for k in keys]).alias("h"))
+    return hashed.count().filter(F.col("count") > 1).isEmpty()
 
 
 def _with_actions(rows: DataFrame, table: TableInfo, counts: dict[str, int]) -> DataFrame:

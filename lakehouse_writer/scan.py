@@ -15,9 +15,9 @@ catalog — and decodes them while it reads, with one ``from_avro`` per expected
   schema the catalog knows from the cache, as before.
 
 One aggregate over the cache then gives the highest offset of every topic partition, the
-headers per topic, and per expected schema the counts per change type, the decode failures
-and the first key column's range (:class:`~lakehouse_writer.apply.RowSummary`). A wrong
-guess costs speed, never correctness.
+headers per topic, and per expected schema the counts per change type, the decode failures,
+the first key column's range and the oldest change time
+(:class:`~lakehouse_writer.apply.RowSummary`). A wrong guess costs speed, never correctness.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         parsed = frame.filter(header == F.lit(e.header)).select(
             "topic", "partition", "offset", "key", "value", F.col(f"__r{i}").alias("__r")
         )  # fmt: skip
-        rows = [(g["change"], g["n"], g[f"valued{i}"], g[f"lo{i}"], g[f"hi{i}"]) for g in mine]
+        rows = [(g["change"], g["n"], g[f"valued{i}"], g[f"lo{i}"], g[f"hi{i}"], g[f"old{i}"])
+                for g in mine]  # fmt: skip
         failures = sum(n for change, n, *_ in rows if change is None)
         summary = RowSummary.of_counts(r for r in rows if r[0] is not None)
         found.decoded[e.header] = Decoded(parsed, summary, failures)
@@ -162,17 +163,18 @@ def _change_type(count: int) -> Column:
 
 
 def _aggregate(frame: DataFrame, expected: list[Expected]) -> list[Any]:
-    """Rows per (topic, partition, header, change type): highest offset, count, key ranges."""
+    """Per (topic, partition, header, change type): highest offset, rows, key range, oldest."""
     from pyspark.sql import functions as F
 
     aggregates = [F.max("offset").alias("o")]
     for i, e in enumerate(expected):
         first = e.schema.fields.get(e.schema.pks[0]) if e.schema.pks else None
         key = F.col(f"__r{i}.`{first.avro_name}`") if first is not None else None
-        n, valued, lo, hi = summary_aggregates(key)
+        n, valued, lo, hi, old = summary_aggregates(key, F.col(f"__r{i}.__change_time"))
         if i == 0:
             aggregates.append(n)
-        aggregates += [valued.alias(f"valued{i}"), lo.alias(f"lo{i}"), hi.alias(f"hi{i}")]
+        aggregates += [valued.alias(f"valued{i}"), lo.alias(f"lo{i}"), hi.alias(f"hi{i}"),
+                       old.alias(f"old{i}")]  # fmt: skip
     if not expected:
         aggregates.append(F.count(F.lit(1)).alias("n"))
     by = ["topic", "partition", HEADER, _change_type(len(expected)).alias("change")]

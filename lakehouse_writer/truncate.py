@@ -44,29 +44,16 @@ class Truncate:
 
 
 def collect_truncates(df: DataFrame) -> list[Truncate]:
-    """The distinct TRUNCATE rows of a batch, oldest first."""
-    return truncates_and_oldest_row(df)[0]
-
-
-def truncates_and_oldest_row(df: DataFrame) -> tuple[list[Truncate], int | None]:
-    """The distinct TRUNCATE rows of a batch (oldest first), and its oldest other row.
-
-    One pass: the oldest ``__change_time`` (microseconds) of the rows that are not
-    TRUNCATEs comes with them, None when there are none.
-    """
+    """The distinct TRUNCATE rows of a batch, oldest first (a filter and a collect: few)."""
     from pyspark.sql import functions as F
 
-    is_truncate = F.col("__change_type") == "T"
-    time_us = F.unix_micros(CHANGE_TIME)
-    found = df.select(
-        F.when(is_truncate, F.struct(time_us.alias("t"), F.col("__truncate").alias("s")))
-        .alias("truncate"),
-        F.when(~is_truncate, time_us).alias("row_time"),
-    ).agg(F.collect_list("truncate").alias("truncates"),
-          F.min("row_time").alias("oldest")).collect()[0]  # fmt: skip
-    unique = {(r.t, tuple(sorted((r.s or {}).items()))) for r in found.truncates}
-    truncates = [Truncate(t, dict(scope)) for t, scope in sorted(unique, key=_order)]
-    return truncates, found.oldest
+    found = (
+        df.filter(F.col("__change_type") == "T")
+        .select(F.unix_micros(CHANGE_TIME).alias("t"), F.col("__truncate").alias("s"))
+        .collect()
+    )  # fmt: skip
+    unique = {(r.t, tuple(sorted((r.s or {}).items()))) for r in found}
+    return [Truncate(t, dict(scope)) for t, scope in sorted(unique, key=_order)]
 
 
 def _order(item: tuple[int, tuple[tuple[str, str | None], ...]]) -> tuple:

@@ -164,3 +164,12 @@ def test_late_rows_of_older_transactions_die_by_an_applied_truncate(spark, order
         {"ID": 3, "NAME": "newer", "__change_type": "I", "t": 6},
     ], 1, applied=first.truncates)  # fmt: skip
     assert table_rows(spark, table.path) == [(1, "reload"), (3, "newer")]
+
+
+def test_unique_keys_sees_a_repeat_of_a_two_column_key_and_of_a_null_key(spark):
+    from lakehouse_writer.apply import unique_keys
+
+    df = spark.createDataFrame([(1, "a"), (1, "b"), (2, "a"), (2, None)], "K1 LONG, K2 STRING")
+    assert unique_keys(df, ("K1", "K2"))
+    assert not unique_keys(df.union(spark.createDataFrame([(1, "b")], df.schema)), ("K1", "K2"))
+    assert not unique_keys(df.union(spark.createDataFrame([(2, None)], df.schema)), ("K1", "K2"))

@@ -9,10 +9,10 @@ from lakehouse_writer.read import header_tag
 
 
 def summary(*groups):
-    """A summary of groups given as (change type, n, valued, lo, hi), read like Spark rows:
-    the change type by position, the rest by name."""
-    names = ("n", "valued", "lo", "hi")
-    return RowSummary.of_groups({0: g[0], **dict(zip(names, g[1:], strict=True))}
+    """A summary of groups given as (change type, n, valued, lo, hi[, oldest]), read like
+    Spark rows: the change type by position, the rest by name."""
+    names = ("n", "valued", "lo", "hi", "oldest")
+    return RowSummary.of_groups({0: g[0], **dict(zip(names, (*g[1:], None)[:5], strict=True))}
                                 for g in groups)  # fmt: skip
 
 
@@ -49,13 +49,23 @@ def test_header_tags_name_registry_ids_and_fingerprints():
 
 
 def test_groups_of_one_change_type_from_several_partitions_add_up():
-    got = RowSummary.of_counts([("R", 3, 3, 10, 30), ("T", 1, 1, 0, 0), ("R", 2, 2, 1, 12),
-                                ("D", 1, 1, 40, 40)])  # fmt: skip
+    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 7), ("T", 1, 1, 0, 0, 2), ("R", 2, 2, 1, 12, 5),
+                                ("D", 1, 1, 40, 40, 9)])  # fmt: skip
     assert got.counts == {"R": 5, "T": 1, "D": 1}
     assert got.key_range == (1, 40)
+    assert got.oldest == 5  # the TRUNCATE's own time does not count
 
 
 def test_a_null_key_in_any_partition_voids_the_range():
-    got = RowSummary.of_counts([("R", 3, 3, 10, 30), ("R", 2, 1, 1, 12)])
+    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 4), ("R", 2, 1, 1, 12, 3)])
     assert got.counts == {"R": 5}
     assert got.key_range is None
+    assert got.oldest == 3
+
+
+def test_the_oldest_row_of_two_schemas_is_the_older_one_and_truncates_do_not_count():
+    a = summary(("I", 2, 2, 10, 20, 50))
+    b = summary(("U", 1, 1, 5, 7, 40), ("T", 1, 1, 0, 0, 10))
+    assert a.merge(b).oldest == 40
+    assert summary(("T", 1, 1, 0, 0, 10)).oldest is None
+    assert a.merge(summary(("T", 1, 1, 0, 0, 10))).oldest == 50

@@ -32,13 +32,21 @@ def test_truncates_of_one_time_with_a_null_scope_value_are_ordered(spark):
 
 
 @pytest.mark.spark
-def test_the_truncate_pass_also_finds_the_oldest_other_row(spark):
-    from lakehouse_writer.truncate import truncates_and_oldest_row
+def test_the_row_summary_finds_the_oldest_row_that_is_not_a_truncate(spark):
+    from pyspark.sql import functions as F
+
+    from lakehouse_writer.apply import RowSummary, summary_aggregates
+    from lakehouse_writer.truncate import collect_truncates
 
     df = spark.createDataFrame(
-        [("I", 7, None), ("T", 5, None), ("U", 4, None), ("T", 5, None)],
+        [("I", 7, None), ("T", 3, None), ("U", 4, None), ("T", 3, None)],
         "__change_type STRING, t LONG, __truncate MAP<STRING, STRING>",
     ).selectExpr("__change_type", "timestamp_micros(t) AS __change_time", "__truncate")
-    assert truncates_and_oldest_row(df) == ([Truncate(5, {})], 4)
-    only_truncates = df.filter("__change_type = 'T'")
-    assert truncates_and_oldest_row(only_truncates) == ([Truncate(5, {})], None)
+
+    def summary(frame):
+        aggregates = summary_aggregates(None, F.col("__change_time"))
+        return RowSummary.of_groups(frame.groupBy("__change_type").agg(*aggregates).collect())
+
+    assert collect_truncates(df) == [Truncate(3, {})]
+    assert summary(df).oldest == 4  # the TRUNCATE at 3 is older, but it is no row to merge
+    assert summary(df.filter("__change_type = 'T'")).oldest is None
