@@ -352,12 +352,13 @@ def start(
     options["subscribePattern"] = settings.topics_regex
     if settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
-    processor = BatchProcessor(spark, settings, txn.instance_id(settings.checkpoint_path))
+    instance = txn.instance_id(settings.checkpoint_path)
+    processor = BatchProcessor(spark, settings, instance)
     writer = (
         spark.readStream.format("kafka").options(**options).load()
         .writeStream.foreachBatch(processor)
         .option("checkpointLocation", settings.checkpoint_path)
-        .queryName("lakehouse-writer")
+        .queryName(f"lakehouse-writer-{instance[:8]}")  # unique among a session's queries
     )  # fmt: skip
     if once:
         writer = writer.trigger(availableNow=True)

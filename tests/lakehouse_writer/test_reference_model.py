@@ -13,7 +13,10 @@ Cost: a streaming run costs its start-up, and the writer's batch cost grows with
 topic partitions (each table's steps scan the whole batch; ``_rejected`` unions every table's
 frames), so sequences are applied in groups of :data:`GROUP`, each group by one writer run (two
 when some of its sequences pause), each sequence on its own topic and table and checked on its
-own; the slow test also caps micro-batches so rows of one run land in several batches. The
+own; the slow test also caps micro-batches so rows of one run land in several batches. Two
+groups run at a time (:data:`WRITERS`), each by its own streaming query: a batch of small
+tables is a long row of small Spark jobs, and two of them side by side keep both cores busy
+(about 20 % off the test's time; the machine is then CPU-bound). The
 sequences are hypothesis examples (its generate phase; no shrinking, a re-run costs minutes);
 the failure message names the seed and ``REFERENCE_MODEL_SEED`` replays it.
 """
@@ -26,6 +29,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -57,9 +61,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 NAMESPACE = "REFM"
 SEQUENCES = 50  # hypothesis examples of the default test
-SLOW_SEQUENCES = 16  # two groups, capped micro-batches (~3-5 min); keeps `make test` near budget
+# the slow test's sequences, every group with capped micro-batches (~1.5 min at 8); more with
+# REFERENCE_MODEL_SLOW_SEQUENCES=N (8 keeps `make test` within its budget)
+SLOW_SEQUENCES = int(os.environ.get("REFERENCE_MODEL_SLOW_SEQUENCES") or 8)
 _ABORT_WAIT_S = 0.1  # > linger.ms: the aborted rows reach the log before the abort
 GROUP = 8  # sequences per writer run (see the module docstring)
+WRITERS = 2  # groups applied at the same time, each by its own writer (streaming query)
 ALL_COLUMNS = ("K1", "K2", "REGION", "GRP", "NOTE", "SEQ")
 
 
@@ -315,23 +322,32 @@ def compare(
 def check_flows(harness: Harness, count: int, scoped: bool, split_batches: bool = False) -> None:
     """Generate ``count`` sequences, apply them in groups, compare every one with the model.
 
-    With ``split_batches`` every other group's writer runs cap their micro-batches
-    (``--max-offsets-per-trigger``) so a run applies its rows in about three batches.
+    With ``split_batches`` every group's writer runs cap their micro-batches
+    (``--max-offsets-per-trigger``) so a run applies its rows in about three batches; the
+    groups are half as large, so that 8 sequences still make two groups side by side.
     """
     generation_seed = int(os.environ.get("REFERENCE_MODEL_SEED") or random.getrandbits(32))
     seqs = model.generate(count, scoped, generation_seed)
     ordered = sorted(seqs, key=lambda s: s.first_run < len(s.transactions))  # pausing ones last:
-    reports, flows = [], []  # only their groups need a second writer run
-    for start in range(0, len(ordered), GROUP):
-        flows.append(Flow.of(ordered[start : start + GROUP]))
-        batches = 3 if split_batches and start // GROUP % 2 else 1
-        reports += apply_group(harness, flows[-1], batches=batches)
+    size = GROUP // 2 if split_batches else GROUP  # a split run has three times the batches
+    flows = [Flow.of(ordered[start : start + size]) for start in range(0, len(ordered), size)]
+    # only the groups of pausing sequences need a second writer run
+    reports = apply_groups(harness, flows, batches=3 if split_batches else 1)
     assert aborted_on_log(flows) or all(t.committed for s in seqs for t in s.transactions)
     print("\n\n".join(reports))  # all of them, in the captured output
     assert not reports, (
         f"{len(reports)} of {len(seqs)} sequences differ from the model "
         f"(REFERENCE_MODEL_SEED={generation_seed} replays them):\n\n" + "\n\n".join(reports[:5])
     )
+
+
+def apply_groups(
+    harness: Harness, flows: list[Flow], strict: bool = False, batches: int = 1
+) -> list[str]:
+    """:func:`apply_group` of every flow, :data:`WRITERS` at a time; the reports in order."""
+    with ThreadPoolExecutor(WRITERS, thread_name_prefix="refmodel") as pool:
+        applied = [pool.submit(apply_group, harness, flow, strict, batches) for flow in flows]
+        return [report for future in applied for report in future.result()]
 
 
 def apply_group(harness: Harness, flow: Flow, strict: bool = False, batches: int = 1) -> list[str]:
@@ -376,11 +392,13 @@ def test_known_writer_bug(harness, pinned, batches):
 def test_fixed_writer_bugs(harness):
     """The minimal sequences of writer bugs fixed since, compared strictly.
 
-    All in one writer run, one table each (``S<i>`` is the i-th of ``FIXED_WRITER_BUGS``).
+    In two writer runs side by side, one table each (``S<i>`` is the i-th of
+    ``FIXED_WRITER_BUGS``).
     """
     cases = list(model.FIXED_WRITER_BUGS.items())
     seqs = [replace(seq, name=f"S{i:03d}") for i, (_, seq) in enumerate(cases)]
-    reports = apply_group(harness, Flow.of(seqs), strict=True, batches=1)
+    half = (len(seqs) + 1) // 2
+    reports = apply_groups(harness, [Flow.of(seqs[:half]), Flow.of(seqs[half:])], strict=True)
     names = ", ".join(f"S{i:03d}={name}" for i, (name, _) in enumerate(cases))
     assert not reports, f"tables: {names}\n\n" + "\n\n".join(reports)
 
