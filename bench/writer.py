@@ -1,7 +1,7 @@
 """Benchmark: the lakehouse writer against a plain Spark append, and its commit latency.
 
-Run: ``.venv/bin/python bench/writer.py [--rows N] [--changes M] [--commits K] [--no-merge]
-[--verbose]``
+Run: ``.venv/bin/python bench/writer.py [--rows N] [--changes M] [--commits K] [--repeats R]
+[--no-merge] [--verbose]``
 
 The real producer (``produce_from_duckdb``) writes TPC-H lineitem rows (DuckDB ``dbgen``) to a
 fresh 3-partition topic. One ``local[2]`` SparkSession (the writer's) is started first and
@@ -12,7 +12,9 @@ million rows is up to 1.6x slower than its next ones). Timed, in this order:
     lakehouse and checkpoint (query start to drained);
 (b) baseline: the same topic read by Spark (read_committed, availableNow, the writer's
     ``fetch.max.wait.ms``), ``from_avro`` after the single-object header, plain Delta append;
-    ``ratio`` = rows/s of (a) / (b);
+    ``ratio`` = rows/s of (a) / (b). (a) and (b) run R times, alternating (the baseline alone
+    moves by 10-25 % from run to run); their figures are the medians, every run is listed in
+    ``initial_load_runs_s`` and ``append_baseline_runs_s``;
 (m) (a) with the REPLACE fast path off, so the rows go through MERGE (``--no-merge``: skip);
 (c) one transaction of M changes (60 % updates, 20 % deletes of random stored keys, 20 %
     inserts), applied by the writer with the checkpoint of (a);
@@ -299,13 +301,19 @@ def phases(spark: Any, producer: KafkaProducer, args: argparse.Namespace, bootst
     produce_s = produce_load(producer, target, "BENCH")
     log.info("load produced: %d rows in %.1f s", args.rows, produce_s)
     warm_up(spark, schema, bootstrap, work, topic)
-    settings = writer_settings(bootstrap, f"{work}/writer", topic)
-    result = phase_load(spark, settings, schema, args.rows, "initial_load")
-    base_s = run_baseline(spark, bootstrap, topic, schema, f"{work}/baseline")
-    log.info("append_baseline: %d rows in %.1f s", args.rows, base_s)
+    loads, bases = [], []
+    for i in range(args.repeats):  # alternating: a slow spell of the machine hits both
+        settings = writer_settings(bootstrap, f"{work}/writer{i}", topic)
+        loads.append(phase_load(spark, settings, schema, args.rows, "initial_load"))
+        bases.append(run_baseline(spark, bootstrap, topic, schema, f"{work}/baseline{i}"))
+        log.info("append_baseline: %d rows in %.1f s", args.rows, bases[-1])
+    result = dict(sorted(loads, key=lambda r: r["initial_load_s"])[len(loads) // 2])  # median
+    base_s = float(np.median(bases))
     result |= {"append_baseline_rows_per_s": round(args.rows / base_s),
                "append_baseline_s": round(base_s, 2),
                "ratio": round(base_s / result["initial_load_s"], 3),
+               "initial_load_runs_s": [r["initial_load_s"] for r in loads],
+               "append_baseline_runs_s": [round(b, 2) for b in bases],
                "initial_load_fast_path": "MERGE" not in result["initial_load_operations"],
                "rows": args.rows, "produce_load_s": round(produce_s, 2)}  # fmt: skip
     if args.merge:
@@ -371,12 +379,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--changes", type=int, default=100_000,
                         help="rows of the change set (60%% U, 20%% I, 20%% D)")
     parser.add_argument("--commits", type=int, default=50, help="small commits timed in (d)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of (a) and of (b), alternating; the medians are reported")
     parser.add_argument("--no-merge", dest="merge", action="store_false",
                         help="skip (m), the initial load with the REPLACE fast path off")
     parser.add_argument("--verbose", action="store_true",
                         help="log the writer's own lines (per batch and table, with times)")
     # fmt: on
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     updates, inserts, deletes = change_counts(args.changes)
     if max(updates + deletes, inserts, (args.commits + 1) * LATENCY_ROWS) > args.rows:
         parser.error("--changes and --commits take their rows from the load: raise --rows")
