@@ -317,12 +317,16 @@ class KnownGaps:
     keys: frozenset[tuple[Any, ...]] = frozenset()
 
 
-def known_gaps(seq: Sequence, split: bool) -> KnownGaps:
+def known_gaps(
+    seq: Sequence, split: bool, positions: Mapping[int, Position] | None = None
+) -> KnownGaps:
     """Where the known writer bugs (:data:`KNOWN_WRITER_BUGS`) can show in ``seq``; ``split``:
-    the writer's micro-batches were capped, so transactions may span batches."""
+    the writer's micro-batches were capped, so transactions may span batches; ``positions``:
+    where each row landed (SEQ -> (partition, offset)), when known."""
     keys: set[tuple[Any, ...]] = set()
     if not (split and seq.keys):
         return KnownGaps()
+    partitions: dict[tuple[Any, ...], set[Any]] = {}
     for txn in seq.transactions:
         if not txn.committed:
             continue
@@ -331,6 +335,10 @@ def known_gaps(seq: Sequence, split: bool) -> KnownGaps:
             if change.code != "T":  # transaction-split-across-batches
                 key = _key(seq, change)
                 keys |= {key} if mine.count(key) > 1 or change.code == "B" else set()
+                landed = positions.get(change.seq) if positions else None
+                partitions.setdefault(key, set()).add(landed[0] if landed else change.partition)
+    # delete-overtaken-across-partitions: a key whose rows travel two partitions
+    keys |= {key for key, where in partitions.items() if len(where) > 1}
     return KnownGaps(frozenset(keys))
 
 
@@ -410,6 +418,15 @@ KNOWN_WRITER_BUGS: dict[str, tuple[Sequence, int, str]] = {
         "apply batch by batch (equal __change_time: the later batch wins) instead of the last "
         "by (partition, offset): here D (p0, 2nd batch) deletes the I of p1 (1st batch); "
         "also a P then keeps an image of its own transaction, a split B/U pair moves nothing",
+    ),
+    "delete-overtaken-across-partitions": (
+        Sequence("S000", ("K1",), 2, (
+            transaction(("A", 2, 1, 1000), ("A", 3, 1, 1001), ("I", 1, 1, 1002)),
+            transaction(("D", 1, 0, 1003)),
+        ), 2), 3,
+        "writer bug: a capped batch takes partitions in proportion, so a later transaction's "
+        "D on p0 (1st batch) can be applied before an earlier transaction's I of the same key "
+        "on p1 (3rd batch); a delete leaves no tombstone, so the I brings the row back",
     ),
 }  # fmt: skip
 """Minimal sequences of the bugs :func:`known_gaps` tolerates: (sequence, micro-batches per
