@@ -61,7 +61,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 NAMESPACE = "REFM"
 SEQUENCES = 50  # hypothesis examples of the default test
-# the slow test's sequences, every group with capped micro-batches (~1.5 min at 8); more with
+# the slow test's sequences, every group with capped micro-batches (1-2 min at 8); more with
 # REFERENCE_MODEL_SLOW_SEQUENCES=N (8 keeps `make test` within its budget)
 SLOW_SEQUENCES = int(os.environ.get("REFERENCE_MODEL_SLOW_SEQUENCES") or 8)
 _ABORT_WAIT_S = 0.1  # > linger.ms: the aborted rows reach the log before the abort
