@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import SchemaEvolutionError
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
@@ -51,7 +51,8 @@ GOVERNANCE_PROPERTIES: dict[str, str] = {
     "dataClassification": "flow.data_classification",
 }
 PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
-COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}  # for names Parquet cannot hold
+COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
+COLUMN_MAPPING = {COLUMN_MAPPING_MODE: "name"}  # for names Parquet cannot hold
 _UNFIT_FOR_PARQUET = frozenset(" ,;{}()\n\t=")  # Delta refuses these without column mapping
 
 
@@ -173,6 +174,19 @@ class TableManager:
         return TableInfo(ref, path, keys, columns, created)
 
 
+def jvm_delta_log(spark: SparkSession, path: str) -> Any:
+    """The JVM's ``DeltaLog`` of the table at ``path``.
+
+    Every commit of this session updates it; reading it takes milliseconds where Delta's
+    Python API runs a Spark job.
+
+    Raises:
+        py4j.protocol.Py4JError: The class is not there (another Delta distribution).
+    """
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
 def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], StructType]:
     """The table's properties and schema (logical column names), as of its latest version.
 
@@ -186,9 +200,8 @@ def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], Stru
 
     try:
         jvm = spark._jvm  # type: ignore[attr-defined]
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
         empty = jvm.scala.Option.empty()
-        metadata = delta_log.update(False, empty, empty).metadata()
+        metadata = jvm_delta_log(spark, path).update(False, empty, empty).metadata()
         configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
             metadata.configuration()
         )  # fmt: skip
@@ -228,8 +241,8 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
     by_name = {f.name.casefold(): f for f in current.fields}
     target = f"delta.`{path.replace('`', '``')}`"
     added = [f.name for f in schema_fields(schema) if f.name.casefold() not in by_name]
-    mode = next(iter(COLUMN_MAPPING))
-    if needs_column_mapping(added) and properties.get(mode) != COLUMN_MAPPING[mode]:
+    mapped = properties.get(COLUMN_MAPPING_MODE) == COLUMN_MAPPING[COLUMN_MAPPING_MODE]
+    if needs_column_mapping(added) and not mapped:
         props = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({props})")
         log.info("column mapping turned on table=%s columns=%s", ref.qualified, added)
