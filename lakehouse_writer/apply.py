@@ -116,24 +116,7 @@ def apply_batch(
         rows = rows.filter(~truncated(applied_truncates, table.columns))
     if truncates and not table.append_only:
         with steps("truncate"):
-            before, truncates_last = _segments(rows, truncates, summary.oldest)
-            writes = sum((segment is not None) + bool(group) for segment, group in before)
-            if writes >= txn.STEP_TRUNCATE:  # refused before any write: nothing half-applied
-                raise LakehouseWriterError(
-                    "the batch needs too many writes to apply its rows and TRUNCATEs in time "
-                    "order; lower --max-offsets-per-trigger", table=table.ref.qualified,
-                    batch=batch_id, writes=writes,
-                )  # fmt: skip
-            step = 0
-            for earlier, group in before:  # rows older than a TRUNCATE first, then it
-                if earlier is not None:
-                    _merge_rows(earlier, table, app_id, txn.segment_version(batch_id, step),
-                                summary)  # fmt: skip
-                    step += 1
-                if group:
-                    _delete_truncated(spark, table, group, app_id,
-                                      txn.segment_version(batch_id, step))  # fmt: skip
-                    step += 1
+            truncates_last = _apply_older_rows(rows, truncates, table, app_id, batch_id, summary)
             rows = rows.filter(F.col("__change_time") >= _timestamp(truncates_last[0]))
     else:
         truncates_last = truncates
@@ -320,6 +303,39 @@ def _append(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> No
         .option("txnVersion", txn.txn_version(batch_id, txn.STEP_ROWS))
         .save(table.path)
     )
+
+
+def _apply_older_rows(
+    rows: DataFrame, truncates: list[Truncate], table: TableInfo, app_id: str, batch_id: int,
+    summary: RowSummary,
+) -> list[Truncate]:  # fmt: skip
+    """Merge the rows older than the batch's latest TRUNCATEs, in time order with them.
+
+    Each group of older rows is merged before the TRUNCATEs after it (:func:`_segments`).
+    Returns the latest TRUNCATEs, still to apply.
+
+    Raises:
+        LakehouseWriterError: More writes than a batch's txn versions hold; raised before
+            any write, so nothing is half-applied.
+    """
+    spark = rows.sparkSession
+    before, truncates_last = _segments(rows, truncates, summary.oldest)
+    writes = sum((segment is not None) + bool(group) for segment, group in before)
+    if writes >= txn.STEP_TRUNCATE:
+        raise LakehouseWriterError(
+            "the batch needs too many writes to apply its rows and TRUNCATEs in time order; "
+            "lower --max-offsets-per-trigger", table=table.ref.qualified, batch=batch_id,
+            writes=writes,
+        )  # fmt: skip
+    step = 0
+    for earlier, group in before:  # rows older than a TRUNCATE first, then it
+        if earlier is not None:
+            _merge_rows(earlier, table, app_id, txn.segment_version(batch_id, step), summary)
+            step += 1
+        if group:
+            _delete_truncated(spark, table, group, app_id, txn.segment_version(batch_id, step))
+            step += 1
+    return truncates_last
 
 
 def _merge_or_append(
@@ -570,17 +586,17 @@ def _purge(spark: SparkSession, table: TableInfo) -> bool:
 def _version(spark: SparkSession, path: str) -> int:
     """The table's latest Delta version (the writer is its only writer).
 
-    Read from the JVM's ``DeltaLog``, which every commit of this session updates: about
+    Read from the JVM's ``DeltaLog`` (:func:`~lakehouse_writer.tables.jvm_delta_log`): about
     5 ms, where ``history(1)`` runs a Spark job (0.2-0.3 s a table, every batch). Where that
     class is not there (another Delta distribution), ``history(1)``.
     """
     from delta.tables import DeltaTable
     from py4j.protocol import Py4JError
 
+    from lakehouse_writer.tables import jvm_delta_log
+
     try:
-        delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog  # type: ignore[union-attr]
-        return int(delta_log.forTable(spark._jsparkSession, path).unsafeVolatileSnapshot()
-                   .version())  # fmt: skip
+        return int(jvm_delta_log(spark, path).unsafeVolatileSnapshot().version())
     except Py4JError:
         return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
 
