@@ -109,46 +109,38 @@ def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry
 
 def decode_batch(
     df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: dict[str, str],
-    headers: set[bytes | None] | None = None, decoded: Mapping[bytes, Decoded] | None = None,
+    headers: set[bytes | None], decoded: Mapping[bytes, Decoded] | None = None,
 ) -> DecodedBatch:  # fmt: skip
-    """Decode the data-topic rows of one batch (``df``: the Kafka source's columns).
+    """Decode the data-topic rows of one batch (``df``: the scan's cached frame).
 
     Args:
-        df: Raw Kafka rows of data topics (system topics already split off), with their
-            header tags (``HEADER``) when already computed.
+        df: The batch's rows of data topics (system topics already split off), with their
+            headers (``HEADER``).
         catalog: Where writer schemas come from.
         tables: Creates/evolves the target tables.
         stopped: Tables stopped by a schema error, with the error; their rows are rejected.
             A table stopped by this batch is added.
         headers: The distinct headers (:func:`header_column`) of ``df``, None for rows
-            without one, when already known (saves a pass over the batch); None to find
-            them here.
+            without one.
         decoded: Rows already decoded by the scan, by header; the rows of those headers in
             ``df`` are not decoded again.
     """
     from pyspark.sql import functions as F
 
-    tagged = df if HEADER in df.columns else df.withColumn(HEADER, header_column())
-    if headers is None:
-        headers = {_bytes(r[0]) for r in tagged.select(HEADER).distinct().collect()}
     tags = {header_tag(h): h for h in headers if h is not None}
     entries = resolve(set(tags), catalog)
     out = DecodedBatch()
     if None in headers:
-        out.rejected.append(rejected_rows(tagged.filter(F.col(HEADER).isNull()), _NO_HEADER,
+        out.rejected.append(rejected_rows(df.filter(F.col(HEADER).isNull()), _NO_HEADER,
                                           None))  # fmt: skip
     for tag in sorted(tags.keys() - entries.keys()):
-        unknown = tagged.filter(F.col(HEADER) == F.lit(tags[tag]))
+        unknown = df.filter(F.col(HEADER) == F.lit(tags[tag]))
         out.rejected.append(rejected_rows(unknown, _UNKNOWN + tag, None))
     for tag, entry in sorted(entries.items()):
         out.schemas[tags[tag]] = entry
-        rows = tagged.filter(F.col(HEADER) == F.lit(tags[tag]))
+        rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
         _decode_one(rows, tag, entry, tables, stopped, out, (decoded or {}).get(tags[tag]))
     return out
-
-
-def _bytes(value: bytes | bytearray | None) -> bytes | None:
-    return None if value is None else bytes(value)
 
 
 _NO_HEADER = (
