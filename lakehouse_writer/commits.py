@@ -18,6 +18,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.system_tables import local_frame
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -119,7 +121,7 @@ def commit_frame(
     for record in completed:
         found, missing = record.versions(versions, ours, stopped)
         rows.append((record.raw, found, missing, record.topic, record.partition, record.offset))
-    frame = spark.createDataFrame(rows, _FRAME_SCHEMA)
+    frame = local_frame(spark, rows, _FRAME_SCHEMA)
     parsed = F.from_json("raw", COMMIT_JSON_SCHEMA)
     return frame.select(parsed.alias("c"), "*").select(
         "c.*", F.timestamp_micros("c.transaction_time").alias("transaction_ts"),

@@ -29,7 +29,13 @@ from lakehouse_writer.read import decode_batch, with_raw_bytes
 from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, write_status
-from lakehouse_writer.system_tables import REJECTED, append_system, log_rows, rejected_rows
+from lakehouse_writer.system_tables import (
+    REJECTED,
+    append_system,
+    local_frame,
+    log_rows,
+    rejected_rows,
+)
 from lakehouse_writer.tables import TableManager
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import TRUNCATE_LOG_SCHEMA, TruncateLog
@@ -195,7 +201,7 @@ class BatchProcessor:
                 bad.append((topic, m.partition, m.offset, m.key, m.value, str(exc)))
         if not bad:
             return records, []
-        frame = self._spark.createDataFrame(bad, _BAD_RECORD_SCHEMA)
+        frame = local_frame(self._spark, bad, _BAD_RECORD_SCHEMA)
         return records, [rejected_rows(frame, F.col("error"), COMMITS)]
 
     def _apply_data(
@@ -252,7 +258,7 @@ class BatchProcessor:
 
     def _write_truncates(self, batch_id: int) -> None:
         if self._new_truncates:
-            frame = self._spark.createDataFrame(self._new_truncates, TRUNCATE_LOG_SCHEMA)
+            frame = local_frame(self._spark, self._new_truncates, TRUNCATE_LOG_SCHEMA)
             append_system(frame, f"{self._lake}/{TRUNCATES}", self._instance, batch_id)
             self._new_truncates = []
 

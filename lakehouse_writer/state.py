@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.commits import CommitRecord
+from lakehouse_writer.system_tables import local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -171,7 +172,7 @@ class StateStore:
     def _frame(self, rows: list[tuple[Any, ...]]) -> Any:
         from pyspark.sql import functions as F
 
-        frame = self._spark.createDataFrame(rows, STATE_SCHEMA)
+        frame = local_frame(self._spark, rows, STATE_SCHEMA)
         return frame.withColumn("written_at", F.current_timestamp())
 
 

@@ -9,6 +9,7 @@ import pytest
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.job import topic_filter
 from lakehouse_writer.state import BatchChanges, StateStore, WriterState
+from lakehouse_writer.system_tables import local_frame
 from producer_lib.kafka._ledger import PartitionStats, TransactionLedger
 
 
@@ -106,3 +107,24 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
     rows = spark.read.format("delta").load(path)
     assert rows.filter("instance = 'a'").count() == 6  # 4 offsets, 1 version, 1 stopped
     assert other.load().offsets == {("orders", 0): 500}
+
+
+@pytest.mark.spark
+def test_local_frames_keep_every_value_and_type_of_the_system_rows(spark):
+    schema = ("raw STRING, versions MAP<STRING, BIGINT>, missing ARRAY<STRING>, part INT, "
+              "off BIGINT, key BINARY")  # fmt: skip
+    rows = [("{}", {"SHOP.ORDERS": 3}, ["SHOP.ITEMS"], 1, 1 << 40, b"\x00\xff"),
+            (None, {}, [], None, None, None)]  # fmt: skip
+    frame = local_frame(spark, rows, schema)
+    assert frame.schema.simpleString() == (
+        "struct<raw:string,versions:map<string,bigint>,missing:array<string>,part:int,"
+        "off:bigint,key:binary>"
+    )
+    assert [tuple(r) for r in frame.collect()] == [
+        ("{}", {"SHOP.ORDERS": 3}, ["SHOP.ITEMS"], 1, 1 << 40, bytearray(b"\x00\xff")),
+        (None, {}, [], None, None, None),
+    ]
+    empty = local_frame(spark, [], schema)
+    assert empty.count() == 0 and empty.schema == frame.schema
+    with pytest.raises(ValueError):  # a row of the wrong width is an error, not a shifted row
+        local_frame(spark, [("{}",)], schema)
