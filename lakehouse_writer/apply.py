@@ -165,7 +165,7 @@ class RowSummary:
 
     counts: dict[str | None, int]
     key_range: tuple[Any, Any] | None
-    oldest: int | None = None
+    oldest: int | None
 
     @classmethod
     def of_groups(cls, groups: Iterable[Any]) -> RowSummary:
@@ -369,7 +369,7 @@ def _merge_rows(
 
 
 def _segments(
-    rows: DataFrame, truncates: list[Truncate], oldest: int | None = None
+    rows: DataFrame, truncates: list[Truncate], oldest: int | None
 ) -> tuple[list[tuple[DataFrame | None, list[Truncate]]], list[Truncate]]:
     """How a batch with TRUNCATEs is applied in time order.
 
@@ -378,13 +378,14 @@ def _segments(
     (which must not win instead), and an ARCHIVE keeps the payload it finds before the
     TRUNCATE. Returns the steps before the latest TRUNCATEs — (rows to merge, or None, then
     the TRUNCATEs to delete) — and the latest TRUNCATEs, applied as usual with the rows not
-    older than them. Usually the rows share the TRUNCATE's transaction: no step before,
-    and with ``oldest`` (the oldest row's time, when known) no Spark job either.
+    older than them. Usually the rows share the TRUNCATE's transaction: no step before, and
+    no Spark job either when ``oldest`` (:attr:`RowSummary.oldest` of ``rows``: None when
+    there is no row but TRUNCATEs) is not older than the latest TRUNCATE.
     """
     from pyspark.sql import functions as F
 
     times = sorted({t.time_us for t in truncates})
-    if oldest is not None and oldest >= times[-1]:
+    if oldest is None or oldest >= times[-1]:
         return [], truncates
     older = rows.filter(F.col("__change_time") < F.timestamp_micros(F.lit(times[-1])))
     row_times = sorted(r[0] for r in older.select(F.unix_micros("__change_time")).distinct()
