@@ -118,7 +118,7 @@ def test_kill_9_at_random_points_then_restart_gives_exactly_the_source(
         try:
             done = (writer.status() or {}).get("last_batch_id", -1)
             done = writer.wait_for_batch_after(done, timeout_s=300)  # progress in each run
-            time.sleep(rng.uniform(0.5, 15.0))  # somewhere in the next batch, or between
+            time.sleep(rng.uniform(0.5, 10.0))  # somewhere in the next batch, or between
         finally:
             writer.kill9()
         log.warning("kill %d seed=%d after batch %d", attempt + 1, seed, done)
