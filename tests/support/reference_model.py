@@ -317,12 +317,10 @@ class KnownGaps:
     keys: frozenset[tuple[Any, ...]] = frozenset()
 
 
-def known_gaps(
-    seq: Sequence, split: bool, positions: Mapping[int, Position] | None = None
-) -> KnownGaps:
+def known_gaps(seq: Sequence, split: bool, positions: Mapping[int, Position]) -> KnownGaps:
     """Where the known writer bugs (:data:`KNOWN_WRITER_BUGS`) can show in ``seq``; ``split``:
     the writer's micro-batches were capped, so transactions may span batches; ``positions``:
-    where each row landed (SEQ -> (partition, offset)), when known."""
+    where each row landed (SEQ -> (partition, offset)), as read back."""
     keys: set[tuple[Any, ...]] = set()
     if not (split and seq.keys):
         return KnownGaps()
@@ -335,7 +333,7 @@ def known_gaps(
             if change.code != "T":  # transaction-split-across-batches
                 key = _key(seq, change)
                 keys |= {key} if mine.count(key) > 1 or change.code == "B" else set()
-                landed = positions.get(change.seq) if positions else None
+                landed = positions.get(change.seq)
                 partitions.setdefault(key, set()).add(landed[0] if landed else change.partition)
     # delete-overtaken-across-partitions: a key whose rows travel two partitions
     keys |= {key for key, where in partitions.items() if len(where) > 1}
