@@ -295,14 +295,7 @@ def _refused_rows(
 
 
 def _append(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> None:
-    (
-        conform(rows, table)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", txn.txn_version(batch_id, txn.STEP_ROWS))
-        .save(table.path)
-    )
+    txn.append(conform(rows, table), table.path, app_id, txn.txn_version(batch_id, txn.STEP_ROWS))
 
 
 def _apply_older_rows(

@@ -156,9 +156,8 @@ class StateStore:
         rows = changes.rows(self._instance, batch_id)
         if not rows:
             return
-        self._frame(rows).write.format("delta").mode("append").option(
-            "txnAppId", txn.app_id_for(self._instance, STATE)
-        ).option("txnVersion", txn.txn_version(batch_id, txn.STEP_SYSTEM)).save(self._path)
+        txn.append(self._frame(rows), self._path, txn.app_id_for(self._instance, STATE),
+                   txn.txn_version(batch_id, txn.STEP_SYSTEM))  # fmt: skip
 
     def compact(self, state: WriterState) -> None:
         """Rewrite this instance's rows as the live state only (atomic; others untouched)."""

@@ -74,16 +74,11 @@ def append_system(df: DataFrame, path: str, instance_id: str, batch_id: int) -> 
     """Append ``df`` to the system table at ``path``, once per batch (idempotent)."""
     from pyspark.sql import functions as F
 
-    (
-        df.withColumn("batch_id", F.lit(batch_id).cast("long"))
-        .withColumn("written_at", F.current_timestamp())
-        .write.format("delta")
-        .mode("append")
-        .option("mergeSchema", "true")
-        .option("txnAppId", txn.app_id_for(instance_id, path.rsplit("/", 1)[-1]))
-        .option("txnVersion", txn.txn_version(batch_id, txn.STEP_SYSTEM))
-        .save(path)
+    rows = df.withColumn("batch_id", F.lit(batch_id).cast("long")).withColumn(
+        "written_at", F.current_timestamp()
     )
+    app_id = txn.app_id_for(instance_id, path.rsplit("/", 1)[-1])
+    txn.append(rows, path, app_id, txn.txn_version(batch_id, txn.STEP_SYSTEM), merge_schema=True)
 
 
 EXECUTION_LOG_JSON_SCHEMA = (
