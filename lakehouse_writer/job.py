@@ -4,10 +4,11 @@
 caches the batch in one pass and finds the highest offset of every topic partition
 (:mod:`lakehouse_writer.scan`), decodes the rows of schemas it did not expect
 (:mod:`lakehouse_writer.read`) and applies them table by table (:mod:`lakehouse_writer.apply`),
-appends ``_rejected``, ``_truncates``, ``_execution_log`` and ``_lineage``, writes the
-``_commits`` rows of the commits now complete (:mod:`lakehouse_writer.commits`), and last the
-batch's state (:mod:`lakehouse_writer.state`). Every write is idempotent per batch id, so a
-replay after a crash is harmless; a batch the state already holds is skipped outright.
+appends ``_rejected``, ``_execution_log`` and ``_lineage``, writes the ``_commits`` rows of
+the commits now complete (:mod:`lakehouse_writer.commits`), and last the batch's state
+(:mod:`lakehouse_writer.state`; it holds the TRUNCATEs applied, too). Every write is
+idempotent per batch id, so a replay after a crash is harmless; a batch the state already
+holds is skipped outright.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from lakehouse_writer.system_tables import (
 )
 from lakehouse_writer.tables import TableManager
 from lakehouse_writer.timing import Steps
-from lakehouse_writer.truncate import TRUNCATE_LOG_SCHEMA, TruncateLog
+from lakehouse_writer.truncate import TruncateLog
 from producer_lib.errors import SchemaError
 from producer_lib.schema.framing import single_object_header
 
@@ -53,7 +54,7 @@ __all__ = ["BatchProcessor", "lag_of", "run", "start"]
 log = logging.getLogger(__name__)
 
 COMMITS = "_commits"
-TRUNCATES = "_truncates"
+LEGACY_TRUNCATES = "_truncates"  # where earlier versions kept the TRUNCATE log
 SOURCE_DEFAULTS = {
     "startingOffsets": "earliest",
     "kafka.isolation.level": "read_committed",  # never apply rows of open/aborted transactions
@@ -94,8 +95,8 @@ class BatchProcessor:
         self._ours = topic_filter(settings.topics_regex)
         self._persisted: list[DataFrame] = []
         self._expected = ExpectedSchemas()
-        self._truncates = TruncateLog(spark, f"{self._lake}/{TRUNCATES}")
-        self._new_truncates: list[tuple[str, int, str]] = []
+        self._truncates = TruncateLog(spark, f"{self._lake}/{STATE}",
+                                      f"{self._lake}/{LEGACY_TRUNCATES}")  # fmt: skip
         self._gate = threading.Lock()
         self._closed = False
         self.refused = False
@@ -149,7 +150,6 @@ class BatchProcessor:
             results, rejected = self._apply_data(df, batch_id, found, changes, steps)
             with steps("system"):
                 self._write_rejected([*rejected, *bad], batch_id, source)
-                self._write_truncates(batch_id)
                 self._write_logs(df, batch_id, topics)
                 self._write_commits(batch_id, commits, changes)
             with steps("state"):
@@ -238,7 +238,7 @@ class BatchProcessor:
                 continue
             results.append(result)
             changes.versions[result.table] = result.version
-            self._new_truncates += self._truncates.record(result.table, result.truncates)
+            changes.truncates += self._truncates.record(result.table, result.truncates)
             if result.rejected is not None:
                 rejected.append(result.rejected)
         return results, rejected
@@ -255,12 +255,6 @@ class BatchProcessor:
             log.warning("rows rejected batch=%d rows=%d table=%s", batch_id, self.last.rejected,
                         REJECTED)  # fmt: skip
         union.unpersist()
-
-    def _write_truncates(self, batch_id: int) -> None:
-        if self._new_truncates:
-            frame = local_frame(self._spark, self._new_truncates, TRUNCATE_LOG_SCHEMA)
-            append_system(frame, f"{self._lake}/{TRUNCATES}", self._instance, batch_id)
-            self._new_truncates = []
 
     def _write_logs(self, df: DataFrame, batch_id: int, topics: set[str]) -> None:
         from pyspark.sql import functions as F

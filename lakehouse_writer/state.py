@@ -10,7 +10,10 @@ What a restart must not forget is appended once per micro-batch, as the batch's 
 - ``stopped``: a table stopped by an incompatible schema change, with the error. A stopped
   table stays stopped across restarts; to resume it, fix the table and delete its ``stopped``
   rows (``DELETE FROM delta.`<lakehouse>/_writer_state` WHERE kind = 'stopped' AND
-  `table` = '<namespace>.<name>'``) while the writer is down.
+  `table` = '<namespace>.<name>'``) while the writer is down;
+- ``truncate``: a TRUNCATE applied to a table (``record``: its time and scope as JSON), read
+  by :class:`~lakehouse_writer.truncate.TruncateLog` of every writer instance. Compaction keeps
+  these rows (the log compacts itself: a reload makes the older TRUNCATEs of its table moot).
 
 Rows carry the writer instance id (one per checkpoint) and the batch id. As the state is
 written last, a batch id it already holds is a batch whose every write happened: a replay of
@@ -40,6 +43,7 @@ STATE_SCHEMA = (
     "error STRING"
 )
 COMPACT_EVERY = 200  # batches; bounds the rows and files a restart reads
+TRUNCATE = "truncate"  # the kind of a TRUNCATE's row
 _KIND_ORDER = {"offset": 0, "table": 1, "pending": 2, "done": 3, "stopped": 4}
 
 
@@ -53,6 +57,8 @@ class BatchChanges:
         pending: Commit records still waiting for rows.
         done: Ids of earlier pending commits written to ``_commits`` now.
         stopped: Tables stopped in this batch, with their error.
+        truncates: TRUNCATEs applied in this batch: (table, ``record`` JSON) pairs
+            (:meth:`~lakehouse_writer.truncate.TruncateLog.record`).
     """
 
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -60,6 +66,7 @@ class BatchChanges:
     pending: list[CommitRecord] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
     stopped: dict[str, str] = field(default_factory=dict)
+    truncates: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self, instance: str, batch_id: int) -> list[tuple[Any, ...]]:
         """The ``_writer_state`` rows of these changes."""
@@ -76,6 +83,7 @@ class BatchChanges:
                   commit_id=c.commit_id, record=c.raw) for c in self.pending),  # fmt: skip
             *(row("done", commit_id=c) for c in self.done),
             *(row("stopped", table=t, error=e) for t, e in self.stopped.items()),
+            *(row(TRUNCATE, table=t, record=r) for t, r in self.truncates),
         ]
 
 
@@ -160,9 +168,12 @@ class StateStore:
                    txn.txn_version(batch_id, txn.STEP_SYSTEM))  # fmt: skip
 
     def compact(self, state: WriterState) -> None:
-        """Rewrite this instance's rows as the live state only (atomic; others untouched)."""
+        """Rewrite this instance's rows as the live state only (atomic; others untouched).
+
+        Its ``truncate`` rows stay as they are.
+        """
         rows = state.live().rows(self._instance, state.last_batch)
-        condition = f"instance = '{self._instance}'"
+        condition = f"instance = '{self._instance}' AND kind <> '{TRUNCATE}'"
         self._frame(rows).write.format("delta").mode("overwrite").option(
             "replaceWhere", condition
         ).save(self._path)

@@ -56,7 +56,7 @@ def local_frame(spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: st
     ``spark.createDataFrame(rows, schema)`` hands a list of rows to a Python worker process to
     convert: 0.2-0.3 s a call on this machine, even for three rows. From a pyarrow table it
     takes about 0.02 s. Every batch appends a few such rows (``_writer_state``, and
-    ``_commits`` and ``_truncates`` when it has some), so that is time off every batch.
+    ``_commits`` when it has some), so that is time off every batch.
     """
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema

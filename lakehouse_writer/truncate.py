@@ -107,18 +107,22 @@ class TruncateLog:
     """TRUNCATEs already applied, per table, so late rows of older transactions still die.
 
     A row of transaction t1 may reach the writer in a later micro-batch than a TRUNCATE at
-    t2 > t1 (another partition, a ``maxOffsetsPerTrigger`` split). The log — the Delta table
-    ``_truncates`` (table, time_us, scope) — keeps every applied TRUNCATE so such rows are
-    dropped too. Loaded once; appended idempotently per batch.
+    t2 > t1 (another partition, a ``maxOffsetsPerTrigger`` split). The log keeps every applied
+    TRUNCATE so such rows are dropped too. It is kept as ``truncate`` rows of ``_writer_state``
+    (:mod:`lakehouse_writer.state`; those of every writer instance count), appended with the
+    batch's state. Loaded once. A lakehouse of an earlier version kept them in a table
+    ``_truncates`` (table, time_us, scope); that table is still read when it exists.
 
     Args:
         spark: The session.
-        path: Location of the ``_truncates`` table.
+        state_path: Location of the ``_writer_state`` table.
+        legacy_path: Location of the earlier ``_truncates`` table.
     """
 
-    def __init__(self, spark: Any, path: str) -> None:
+    def __init__(self, spark: Any, state_path: str, legacy_path: str) -> None:
         self._spark = spark
-        self._path = path
+        self._state_path = state_path
+        self._legacy_path = legacy_path
         self._by_table: dict[str, list[Truncate]] | None = None
 
     def of(self, table: str) -> list[Truncate]:
@@ -127,24 +131,41 @@ class TruncateLog:
             self._by_table = self._load()
         return list(self._by_table.get(table, []))
 
-    def record(self, table: str, truncates: Sequence[Truncate]) -> list[tuple[str, int, str]]:
-        """Remember ``truncates`` of ``table``; return the rows to append to ``_truncates``."""
+    def record(self, table: str, truncates: Sequence[Truncate]) -> list[tuple[str, str]]:
+        """Remember ``truncates`` of ``table``; return the new ones as (table, record JSON)."""
         known = self.of(table)
         kept = compact([*known, *(t for t in truncates if t not in known)])
         assert self._by_table is not None
         self._by_table[table] = kept
-        new = [t for t in kept if t not in known]
-        return [(table, t.time_us, json.dumps(dict(t.scope), sort_keys=True)) for t in new]
+        return [(table, to_record(t)) for t in kept if t not in known]
 
     def _load(self) -> dict[str, list[Truncate]]:
         from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
 
-        if not DeltaTable.isDeltaTable(self._spark, self._path):
-            return {}
+        from lakehouse_writer.state import TRUNCATE
+
         loaded: dict[str, list[Truncate]] = {}
-        for row in self._spark.read.format("delta").load(self._path).collect():
-            loaded.setdefault(row.table, []).append(Truncate(row.time_us, json.loads(row.scope)))
+        if DeltaTable.isDeltaTable(self._spark, self._state_path):
+            state = self._spark.read.format("delta").load(self._state_path)
+            rows = state.filter(F.col("kind") == TRUNCATE).select("table", "record").collect()
+            for row in rows:
+                loaded.setdefault(row.table, []).append(from_record(row.record))
+        if DeltaTable.isDeltaTable(self._spark, self._legacy_path):
+            for row in self._spark.read.format("delta").load(self._legacy_path).collect():
+                truncate = Truncate(row.time_us, json.loads(row.scope))
+                loaded.setdefault(row.table, []).append(truncate)
         return {table: compact(truncates) for table, truncates in loaded.items()}
 
 
-TRUNCATE_LOG_SCHEMA = "table STRING, time_us BIGINT, scope STRING"
+def to_record(truncate: Truncate) -> str:
+    """A TRUNCATE as the JSON of its ``_writer_state`` row."""
+    return json.dumps({"time_us": truncate.time_us, "scope": dict(truncate.scope)},
+                      sort_keys=True)  # fmt: skip
+
+
+def from_record(record: str) -> Truncate:
+    """The TRUNCATE of a ``_writer_state`` row's JSON (:func:`to_record`)."""
+    value = json.loads(record)
+    return Truncate(int(value["time_us"]), value["scope"])
+

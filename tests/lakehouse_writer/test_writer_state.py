@@ -10,6 +10,7 @@ from lakehouse_writer.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.job import topic_filter
 from lakehouse_writer.state import BatchChanges, StateStore, WriterState
 from lakehouse_writer.system_tables import local_frame
+from lakehouse_writer.truncate import Truncate, TruncateLog
 from producer_lib.kafka._ledger import PartitionStats, TransactionLedger
 
 
@@ -107,6 +108,34 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
     rows = spark.read.format("delta").load(path)
     assert rows.filter("instance = 'a'").count() == 6  # 4 offsets, 1 version, 1 stopped
     assert other.load().offsets == {("orders", 0): 500}
+
+
+@pytest.mark.spark
+def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive_compaction(
+    spark, tmp_path
+):
+    path, legacy = str(tmp_path / "_writer_state"), str(tmp_path / "_truncates")
+    store, other = StateStore(spark, path, "a"), StateStore(spark, path, "b")
+    log = TruncateLog(spark, path, legacy)
+    scoped, whole = Truncate(10, {"region": "EU", "code": None}), Truncate(20)
+    first = log.record("SHOP.ORDERS", [scoped])
+    assert log.record("SHOP.ORDERS", [scoped]) == []  # known already: no second row
+    store.append(BatchChanges({("orders", 0): 3}, truncates=first), 0)
+    other.append(BatchChanges({("orders", 1): 4}, truncates=log.record("SHOP.ITEMS", [whole])),
+                 0)  # fmt: skip
+    local_frame(spark, [("SHOP.ITEMS", 30, '{"sku": "x"}')],
+                "table STRING, time_us BIGINT, scope STRING").write.format("delta").save(legacy)
+
+    store.compact(store.load())  # rewrites instance a's facts, keeps its TRUNCATEs
+    restarted = TruncateLog(spark, path, legacy)
+    assert restarted.of("SHOP.ORDERS") == [scoped]
+    assert restarted.of("SHOP.ITEMS") == [whole, Truncate(30, {"sku": "x"})]
+    assert restarted.of("SHOP.ORDERS")[0].scope == {"region": "EU", "code": None}
+    # A whole-table TRUNCATE makes the older ones moot: only the new one is recorded and kept.
+    assert restarted.record("SHOP.ORDERS", [Truncate(40)]) == [
+        ("SHOP.ORDERS", '{"scope": {}, "time_us": 40}')
+    ]
+    assert restarted.of("SHOP.ORDERS") == [Truncate(40)]
 
 
 @pytest.mark.spark
