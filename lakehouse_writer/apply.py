@@ -31,6 +31,7 @@ returned as rejected rows with an error.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from lakehouse_writer import txn
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.timing import Steps
-from lakehouse_writer.truncate import Truncate, collect_truncates, truncated, unknown_columns
+from lakehouse_writer.truncate import Truncate, distinct_truncates, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
 
 if TYPE_CHECKING:
@@ -106,8 +107,7 @@ def apply_batch(
     with steps("summary"):
         summary = summary or summarize_rows(df, table)
         counts = summary.counts
-        found = collect_truncates(df) if counts.get("T") else []
-    truncates, bad_truncates = _split_truncates(found, table)
+    truncates, bad_truncates = _split_truncates(list(summary.truncates), table)
     rejected = _unknown_type_rows(df, table, bad_truncates, counts)
     if table.append_only:  # refused before the truncate filter: batch boundaries do not matter
         rejected = _union(rejected, _refused_rows(df, table, counts))
@@ -161,28 +161,33 @@ class RowSummary:
         oldest: The oldest ``__change_time`` (µs) of the rows that are not TRUNCATEs; None
             when there is no such row. A batch whose TRUNCATEs are not newer than it needs no
             MERGE before them (:func:`_segments`).
+        truncates: The distinct TRUNCATE rows, oldest first (from the same pass: no job of
+            their own).
     """
 
     counts: dict[str | None, int]
     key_range: tuple[Any, Any] | None
     oldest: int | None
+    truncates: tuple[Truncate, ...]
 
     @classmethod
     def of_groups(cls, groups: Iterable[Any]) -> RowSummary:
         """From the rows of :func:`summary_aggregates` grouped by change type (first)."""
-        return cls.of_counts((g[0], g["n"], g["valued"], g["lo"], g["hi"], g["oldest"])
-                             for g in groups)  # fmt: skip
+        return cls.of_counts((g[0], g["n"], g["valued"], g["lo"], g["hi"], g["oldest"],
+                              g["truncates"]) for g in groups)  # fmt: skip
 
     @classmethod
-    def of_counts(
-        cls, groups: Iterable[tuple[str | None, int, int | None, Any, Any, int | None]]
-    ) -> RowSummary:
-        """From tuples: change type, rows, rows with a first key, lowest key, highest key, oldest.
+    def of_counts(cls, groups: Iterable[tuple[Any, ...]]) -> RowSummary:
+        """From one tuple per group of rows of one change type.
 
-        A change type may come in several tuples (one per partition, say); they add up.
+        Each tuple: change type, rows, rows with a first key, lowest key, highest key, oldest,
+        and the group's TRUNCATE rows (``t``: time µs, ``s``: scope JSON; or None). A change
+        type may come in several tuples (one per partition, say); they add up.
         """
         by_change: dict[str | None, tuple[int, int | None, Any, Any, int | None]] = {}
-        for change, n, valued, lo, hi, oldest in groups:
+        found: list[tuple[int, Any]] = []
+        for change, n, valued, lo, hi, oldest, truncates in groups:
+            found += [(r["t"], json.loads(r["s"]) if r["s"] else None) for r in truncates or ()]
             if change in by_change:
                 m, v, low, high, old = by_change[change]
                 valued = None if v is None or valued is None else v + valued
@@ -192,9 +197,11 @@ class RowSummary:
         counts = {change: n for change, (n, *_) in by_change.items()}
         keyed = [g for change, g in by_change.items() if change != "T"]
         oldest = min((g[4] for g in keyed if g[4] is not None), default=None)
+        truncates = tuple(distinct_truncates(found))
         if not keyed or any(valued is None or valued < n for n, valued, *_ in keyed):
-            return cls(counts, None, oldest)  # no key column, or a NULL key (matches NULL)
-        return cls(counts, (min(g[2] for g in keyed), max(g[3] for g in keyed)), oldest)
+            return cls(counts, None, oldest, truncates)  # no key column, or a NULL key
+        key_range = (min(g[2] for g in keyed), max(g[3] for g in keyed))
+        return cls(counts, key_range, oldest, truncates)
 
     def merge(self, other: RowSummary) -> RowSummary:
         """The summary of both sets of rows (one table's rows of two writer schemas)."""
@@ -202,39 +209,50 @@ class RowSummary:
         for change, n in other.counts.items():
             counts[change] = counts.get(change, 0) + n
         oldest = _least(self.oldest, other.oldest)
+        both = (*self.truncates, *other.truncates)
+        truncates = tuple(distinct_truncates((t.time_us, t.scope) for t in both))
         mine, theirs = (any(c != "T" for c in x.counts) for x in (self, other))
         if not (mine and theirs):
-            return RowSummary(counts, self.key_range if mine else other.key_range, oldest)
-        if self.key_range is None or other.key_range is None:
-            return RowSummary(counts, None, oldest)
-        low = min(self.key_range[0], other.key_range[0])
-        return RowSummary(counts, (low, max(self.key_range[1], other.key_range[1])), oldest)
+            key_range = self.key_range if mine else other.key_range
+        elif self.key_range is None or other.key_range is None:
+            key_range = None
+        else:
+            key_range = (min(self.key_range[0], other.key_range[0]),
+                         max(self.key_range[1], other.key_range[1]))  # fmt: skip
+        return RowSummary(counts, key_range, oldest, truncates)
 
 
-def summary_aggregates(first_key: Column | None, change_time: Column) -> list[Column]:
-    """The aggregates of :class:`RowSummary`, to group by change type.
+def summary_aggregates(
+    first_key: Column | None, change_time: Column, change: Column, truncate: Column
+) -> list[Column]:
+    """The aggregates of :class:`RowSummary`, to group by change type (``change``).
 
     They are: rows (``n``); of the first key column (None: no key) the rows with a value,
-    the lowest and the highest; and the oldest ``change_time`` in µs (``oldest``).
+    the lowest and the highest; the oldest ``change_time`` in µs (``oldest``); and the
+    distinct TRUNCATE rows (``truncates``: their time in µs and their scope ``truncate`` as
+    JSON), so the TRUNCATEs need no pass of their own.
     """
     from pyspark.sql import functions as F
 
     n = F.count(F.lit(1)).alias("n")
     oldest = F.min(F.unix_micros(change_time)).alias("oldest")
+    row = F.struct(F.unix_micros(change_time).alias("t"), F.to_json(truncate).alias("s"))
+    truncates = F.collect_set(F.when(change == "T", row)).alias("truncates")
     if first_key is None:
         none = F.lit(None)
-        return [n, none.alias("valued"), none.alias("lo"), none.alias("hi"), oldest]
+        return [n, none.alias("valued"), none.alias("lo"), none.alias("hi"), oldest, truncates]
     return [n, F.count(first_key).alias("valued"), F.min(first_key).alias("lo"),
-            F.max(first_key).alias("hi"), oldest]  # fmt: skip
+            F.max(first_key).alias("hi"), oldest, truncates]  # fmt: skip
 
 
 def summarize_rows(df: DataFrame, table: TableInfo) -> RowSummary:
-    """Counts per change type, the first key column's range and the oldest row, in one job."""
+    """Counts per change type, key range, oldest row and TRUNCATEs, in one job."""
     from pyspark.sql import functions as F
 
     first = F.col(_q(table.keys[0])) if table.keys else None
-    aggregates = summary_aggregates(first, F.col("__change_time"))
-    return RowSummary.of_groups(df.groupBy("__change_type").agg(*aggregates).collect())
+    change = F.col("__change_type")
+    aggregates = summary_aggregates(first, F.col("__change_time"), change, F.col("__truncate"))
+    return RowSummary.of_groups(df.groupBy(change).agg(*aggregates).collect())
 
 
 def _split_truncates(

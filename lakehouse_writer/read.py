@@ -173,7 +173,7 @@ def _decode_one(
         parsed, failures = scanned.parsed, scanned.failures
         summary = scanned.summary  # its key range is of the schema's first key column
         if tuple(info.keys[:1]) != tuple(schema.pks[:1]):
-            summary = RowSummary(summary.counts, None, summary.oldest)
+            summary = RowSummary(summary.counts, None, summary.oldest, summary.truncates)
     else:
         parsed = parse_rows(rows, tag, entry.schema_json).persist()
         out.cached.append(parsed)
@@ -201,9 +201,10 @@ def _summarize(
 
     first = schema.fields.get(info.keys[0]) if info.keys else None
     key = F.col(f"__r.`{first.avro_name}`") if first is not None else None
-    change = F.col("__r.__change_type").alias("change")
-    aggregates = summary_aggregates(key, F.col("__r.__change_time"))
-    groups = parsed.groupBy(change).agg(*aggregates).collect()
+    change = F.col("__r.__change_type")
+    aggregates = summary_aggregates(key, F.col("__r.__change_time"), change,
+                                    F.col("__r.__truncate"))  # fmt: skip
+    groups = parsed.groupBy(change.alias("change")).agg(*aggregates).collect()
     failures = sum(g["n"] for g in groups if g[0] is None)
     return RowSummary.of_groups(g for g in groups if g[0] is not None), failures
 

@@ -138,8 +138,8 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         parsed = frame.filter(header == F.lit(e.header)).select(
             "topic", "partition", "offset", "key", "value", F.col(f"__r{i}").alias("__r")
         )  # fmt: skip
-        rows = [(g["change"], g["n"], g[f"valued{i}"], g[f"lo{i}"], g[f"hi{i}"], g[f"old{i}"])
-                for g in mine]  # fmt: skip
+        rows = [(g["change"], g["n"], g[f"valued{i}"], g[f"lo{i}"], g[f"hi{i}"], g[f"old{i}"],
+                 g[f"truncates{i}"]) for g in mine]  # fmt: skip
         failures = sum(n for change, n, *_ in rows if change is None)
         summary = RowSummary.of_counts(r for r in rows if r[0] is not None)
         found.decoded[e.header] = Decoded(parsed, summary, failures)
@@ -170,11 +170,14 @@ def _aggregate(frame: DataFrame, expected: list[Expected]) -> list[Any]:
     for i, e in enumerate(expected):
         first = e.schema.fields.get(e.schema.pks[0]) if e.schema.pks else None
         key = F.col(f"__r{i}.`{first.avro_name}`") if first is not None else None
-        n, valued, lo, hi, old = summary_aggregates(key, F.col(f"__r{i}.__change_time"))
+        row = F.col(f"__r{i}")
+        n, valued, lo, hi, old, truncates = summary_aggregates(
+            key, row["__change_time"], row["__change_type"], row["__truncate"]
+        )
         if i == 0:
             aggregates.append(n)
         aggregates += [valued.alias(f"valued{i}"), lo.alias(f"lo{i}"), hi.alias(f"hi{i}"),
-                       old.alias(f"old{i}")]  # fmt: skip
+                       old.alias(f"old{i}"), truncates.alias(f"truncates{i}")]  # fmt: skip
     if not expected:
         aggregates.append(F.count(F.lit(1)).alias("n"))
     by = ["topic", "partition", HEADER, _change_type(len(expected)).alias("change")]

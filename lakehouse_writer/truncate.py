@@ -10,13 +10,13 @@ while rows of the truncate's own and later transactions survive.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
 CHANGE_TIME = "__change_time"
@@ -43,16 +43,11 @@ class Truncate:
         return not self.scope
 
 
-def collect_truncates(df: DataFrame) -> list[Truncate]:
-    """The distinct TRUNCATE rows of a batch, oldest first (a filter and a collect: few)."""
-    from pyspark.sql import functions as F
-
-    found = (
-        df.filter(F.col("__change_type") == "T")
-        .select(F.unix_micros(CHANGE_TIME).alias("t"), F.col("__truncate").alias("s"))
-        .collect()
-    )  # fmt: skip
-    unique = {(r.t, tuple(sorted((r.s or {}).items()))) for r in found}
+def distinct_truncates(
+    found: Iterable[tuple[int, Mapping[str, str | None] | None]],
+) -> list[Truncate]:
+    """The distinct TRUNCATEs of (time µs, scope or None) pairs, oldest first."""
+    unique = {(t, tuple(sorted((scope or {}).items()))) for t, scope in found}
     return [Truncate(t, dict(scope)) for t, scope in sorted(unique, key=_order)]
 
 

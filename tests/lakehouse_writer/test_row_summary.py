@@ -6,14 +6,16 @@ import pytest
 
 from lakehouse_writer.apply import RowSummary
 from lakehouse_writer.read import header_tag
+from lakehouse_writer.truncate import Truncate
 
 
 def summary(*groups):
-    """A summary of groups given as (change type, n, valued, lo, hi[, oldest]), read like
-    Spark rows: the change type by position, the rest by name."""
-    names = ("n", "valued", "lo", "hi", "oldest")
-    return RowSummary.of_groups({0: g[0], **dict(zip(names, (*g[1:], None)[:5], strict=True))}
-                                for g in groups)  # fmt: skip
+    """A summary of groups given as (change type, n, valued, lo, hi[, oldest[, truncates]]),
+    read like Spark rows: the change type by position, the rest by name."""
+    names = ("n", "valued", "lo", "hi", "oldest", "truncates")
+    return RowSummary.of_groups(
+        {0: g[0], **dict(zip(names, (*g[1:], None, None)[:6], strict=True))} for g in groups
+    )
 
 
 def test_the_key_range_leaves_out_truncate_placeholders():
@@ -49,15 +51,15 @@ def test_header_tags_name_registry_ids_and_fingerprints():
 
 
 def test_groups_of_one_change_type_from_several_partitions_add_up():
-    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 7), ("T", 1, 1, 0, 0, 2), ("R", 2, 2, 1, 12, 5),
-                                ("D", 1, 1, 40, 40, 9)])  # fmt: skip
+    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 7, []), ("T", 1, 1, 0, 0, 2, None),
+                                ("R", 2, 2, 1, 12, 5, []), ("D", 1, 1, 40, 40, 9, [])])  # fmt: skip
     assert got.counts == {"R": 5, "T": 1, "D": 1}
     assert got.key_range == (1, 40)
     assert got.oldest == 5  # the TRUNCATE's own time does not count
 
 
 def test_a_null_key_in_any_partition_voids_the_range():
-    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 4), ("R", 2, 1, 1, 12, 3)])
+    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 4, []), ("R", 2, 1, 1, 12, 3, [])])
     assert got.counts == {"R": 5}
     assert got.key_range is None
     assert got.oldest == 3
@@ -69,3 +71,14 @@ def test_the_oldest_row_of_two_schemas_is_the_older_one_and_truncates_do_not_cou
     assert a.merge(b).oldest == 40
     assert summary(("T", 1, 1, 0, 0, 10)).oldest is None
     assert a.merge(summary(("T", 1, 1, 0, 0, 10))).oldest == 50
+
+
+def test_truncates_of_all_groups_and_schemas_are_distinct_and_oldest_first():
+    scoped = {"t": 5, "s": '{"REGION":"EU","CODE":null}'}
+    a = summary(("T", 3, 3, 0, 0, None, [scoped, {"t": 9, "s": None}]),
+                ("T", 1, 1, 0, 0, None, [scoped]), ("I", 2, 2, 1, 2, 7, []))  # fmt: skip
+    assert a.truncates == (Truncate(5, {"REGION": "EU", "CODE": None}), Truncate(9))
+    b = summary(("T", 1, 1, 0, 0, None, [{"t": 2, "s": "{}"}, {"t": 9, "s": None}]))
+    assert a.merge(b).truncates == (Truncate(2), Truncate(5, {"REGION": "EU", "CODE": None}),
+                                    Truncate(9))  # fmt: skip
+    assert summary(("I", 2, 2, 1, 2, 7, [])).truncates == ()
