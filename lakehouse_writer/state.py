@@ -13,7 +13,8 @@ What a restart must not forget is appended once per micro-batch, as the batch's 
   `table` = '<namespace>.<name>'``) while the writer is down;
 - ``truncate``: a TRUNCATE applied to a table (``record``: its time and scope as JSON), read
   by :class:`~lakehouse_writer.truncate.TruncateLog` of every writer instance. Compaction keeps
-  these rows (the log compacts itself: a reload makes the older TRUNCATEs of its table moot).
+  these rows (one per TRUNCATE applied; the log, when loaded, leaves out those a later
+  whole-table TRUNCATE of their table makes moot).
 
 Rows carry the writer instance id (one per checkpoint) and the batch id. As the state is
 written last, a batch id it already holds is a batch whose every write happened: a replay of

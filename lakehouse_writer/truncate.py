@@ -163,4 +163,3 @@ def from_record(record: str) -> Truncate:
     """The TRUNCATE of a ``_writer_state`` row's JSON (:func:`to_record`)."""
     value = json.loads(record)
     return Truncate(int(value["time_us"]), value["scope"])
-
