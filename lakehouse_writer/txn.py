@@ -131,10 +131,10 @@ def append_in_transaction(df: DataFrame, path: str, app_id: str, version: int) -
             return False
         transaction = delta_log.startTransaction()
         snapshot = transaction.snapshot()
-        table_schema = StructType.fromJson(json.loads(snapshot.schema().json()))
+        table_schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
         if not same_columns(df.schema, table_schema):
             return False
-        done = _txn_version(transaction, snapshot, app_id)
+        done = _txn_version(jvm, transaction, snapshot, app_id)
         delta = jvm.org.apache.spark.sql.delta
         empty = jvm.scala.Option.empty()
         now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
@@ -158,20 +158,14 @@ def append_in_transaction(df: DataFrame, path: str, app_id: str, version: int) -
     return True
 
 
-def _txn_version(transaction: Any, snapshot: Any, app_id: str) -> int:
+def _txn_version(jvm: Any, transaction: Any, snapshot: Any, app_id: str) -> int:
     """The last committed version of ``app_id`` (-1: none), from the checksum when it has them."""
     checksum = snapshot.checksumOpt()
     known = checksum.get().setTransactions() if checksum.isDefined() else checksum
     if not known.isDefined():  # no checksum, or too many ids for it: Delta's lookup
         return int(transaction.txnVersion(app_id))
-    versions = [t.version() for t in _iterate(known.get()) if t.appId() == app_id]
-    return int(max(versions, default=-1))
-
-
-def _iterate(seq: Any) -> Iterator[Any]:
-    it = seq.iterator()
-    while it.hasNext():
-        yield it.next()
+    ids = jvm.scala.jdk.javaapi.CollectionConverters.asJava(known.get())
+    return int(max((t.version() for t in ids if t.appId() == app_id), default=-1))
 
 
 def same_columns(a: StructType, b: StructType) -> bool:
