@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.system_tables import rejected_rows
+from lakehouse_writer.tables import no_data_files
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import Truncate, distinct_truncates, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
@@ -312,8 +313,12 @@ def _refused_rows(
                          table.ref.qualified)  # fmt: skip
 
 
-def _append(rows: DataFrame, table: TableInfo, app_id: str, batch_id: int) -> None:
-    txn.append(conform(rows, table), table.path, app_id, txn.txn_version(batch_id, txn.STEP_ROWS))
+def _append(
+    rows: DataFrame, table: TableInfo, app_id: str, batch_id: int,
+    check: Callable[[], bool] | None = None,
+) -> bool:  # fmt: skip
+    version = txn.txn_version(batch_id, txn.STEP_ROWS)
+    return txn.append(conform(rows, table), table.path, app_id, version, check=check)
 
 
 def _apply_older_rows(
@@ -362,8 +367,10 @@ def _merge_or_append(
     only_upserts = not any(counts.get(c) for c in (*DELETE_TYPES, "B", "P"))
     reload = only_upserts and any(t.unscoped for t in truncates)
     if reload and (known_empty or _is_empty(rows.sparkSession, table)):
-        unique = unique_keys(rows, table.keys)  # a reload rarely repeats a key: no sort then
-        _append(rows if unique else latest_per_key(rows, table.keys), table, app_id, batch_id)
+        # A reload rarely repeats a key: its rows are appended as they are, on condition
+        # that no key repeats (checked while they are written); else the last per key.
+        if not _append(rows, table, app_id, batch_id, lambda: unique_keys(rows, table.keys)):
+            _append(latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True
     if any(counts.get(c) for c in (*UPSERT_TYPES, *DELETE_TYPES, "B", "P")):
         _merge_rows(rows, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS), summary)
@@ -579,10 +586,11 @@ def _payload(table: TableInfo) -> list[str]:
 def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
     """True when the table holds no rows.
 
-    A table this writer created is empty at version 0 (the creation commit, a log lookup);
-    otherwise a Spark job looks.
+    A table this writer created is empty at version 0 (the creation commit), and so is one
+    whose latest version has no data files (its checksum says so): log lookups. Otherwise a
+    Spark job looks.
     """
-    if table.created and _version(spark, table.path) == 0:
+    if (table.created and _version(spark, table.path) == 0) or no_data_files(spark, table.path):
         return True
     return bool(spark.read.format("delta").load(table.path).isEmpty())
 

@@ -81,6 +81,14 @@ class SchemaCatalog:
                 latest[entry.topic] = (fingerprint, entry)
         return list(reversed(latest.values()))
 
+    def value_schema_counts(self) -> dict[str, int]:
+        """How many value schemas ``_schemas`` holds per topic (as last read; no read)."""
+        counts: dict[str, int] = {}
+        for entry in self._by_fingerprint.values():
+            if entry.kind == "value" and entry.topic:
+                counts[entry.topic] = counts.get(entry.topic, 0) + 1
+        return counts
+
     def refresh(self) -> None:
         """Read ``_schemas`` from where the last refresh stopped to its current end."""
         consumer = Consumer({

@@ -17,17 +17,18 @@ import logging
 import re
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.apply import ApplyResult, apply_batch
-from lakehouse_writer.catalog import SchemaCatalog
+from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.read import decode_batch, with_raw_bytes
-from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
+from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, write_status
 from lakehouse_writer.system_tables import (
@@ -37,7 +38,7 @@ from lakehouse_writer.system_tables import (
     log_rows,
     rejected_rows,
 )
-from lakehouse_writer.tables import TableManager
+from lakehouse_writer.tables import TableManager, TableRef
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import TruncateLog
 from producer_lib.errors import SchemaError
@@ -95,12 +96,19 @@ class BatchProcessor:
         self._ours = topic_filter(settings.topics_regex)
         self._persisted: list[DataFrame] = []
         self._expected = ExpectedSchemas()
+        self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
         self._truncates = TruncateLog(spark, f"{self._lake}/{STATE}",
                                       f"{self._lake}/{LEGACY_TRUNCATES}")  # fmt: skip
         self._gate = threading.Lock()
         self._closed = False
         self.refused = False
         self.last = BatchStats()
+        # Driver work that does not need the batch's rows runs on this thread, overlapping
+        # the query's start-up and each batch's scan job (the driver is idle during both).
+        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-aside")
+        self._latest: Future[list[tuple[str, CatalogEntry]]] | None = self._aside.submit(
+            self._catalog.latest_value_schemas
+        )  # fmt: skip
 
     @property
     def state(self) -> WriterState:
@@ -118,6 +126,7 @@ class BatchProcessor:
         """Refuse batches from now on; returns once the running batch, if any, is done."""
         with self._gate:
             self._closed = True
+        self._aside.shutdown(wait=False)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Apply one micro-batch (skipped when the state shows it applied already).
@@ -136,11 +145,21 @@ class BatchProcessor:
             self._process(df, batch_id)
 
     def _process(self, source: DataFrame, batch_id: int) -> None:
+        from pyspark import inheritable_thread_target
+
         started, steps = time.monotonic(), Steps()
         with steps("scan"):
             if not self._expected:
                 self._expect_from_catalog()
-            found = scan(source, self._expected.guess(), self._system_topics)
+            expected = self._expected.guess()
+            scanned = threading.Event()
+            inherit = inheritable_thread_target(self._spark)  # the stream's job properties
+            prepared = self._aside.submit(inherit(self._prepare), expected, scanned)
+            try:
+                found = scan(source, expected, self._system_topics)
+            finally:
+                scanned.set()
+                prepared.result()  # never raises: what failed is done again on the batch's path
         df = found.frame  # cached by the scan: unpersisted below
         try:
             changes = BatchChanges(offsets=found.offsets)
@@ -164,10 +183,33 @@ class BatchProcessor:
             self._persisted.clear()
             df.unpersist()
 
+    def _prepare(self, expected: list[Expected], scanned: threading.Event) -> None:
+        """Create what the batch will write to and is missing, while its scan job runs.
+
+        That is ``_writer_state`` on a fresh lakehouse and, on a cold start, the missing
+        tables of the expected schemas that are the only writer schema of their table
+        (:meth:`_expect_from_catalog`): whatever rows of it the batch holds, the table is
+        the one they would create. (So a table may appear once its schema is registered,
+        before its first rows.) It stops at the first table after the scan is done; a
+        failure is only logged: the batch then creates the table on its path, and reports
+        the error.
+        """
+        try:
+            self._store.create()
+            for e in expected:
+                if scanned.is_set():
+                    return
+                if e.header in self._creatable:
+                    self._tables.create_missing(e.schema)
+        except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
+            log.warning("creating tables ahead of the batch failed error=%s: %s",
+                        type(exc).__name__, exc)  # fmt: skip
+
     def _expect_from_catalog(self) -> None:
         """A cold start expects the latest value schema of every subscribed topic."""
+        read_ahead, self._latest = self._latest, None  # read at start-up; later, here
         try:
-            latest = self._catalog.latest_value_schemas()
+            latest = read_ahead.result() if read_ahead else self._catalog.latest_value_schemas()
         except LakehouseWriterError as exc:  # the batch decodes what it finds all the same
             log.warning("schema catalog not read; nothing expected error=%s", exc)
             return
@@ -180,6 +222,8 @@ class BatchProcessor:
             except (ValueError, SchemaError):  # a bad catalog record: its rows decode later
                 log.warning("catalog fingerprint not usable fingerprint=%s", fingerprint)
         self._expected.seed(candidates)
+        self._creatable = _sole_schemas(self._expected.guess(),
+                                        self._catalog.value_schema_counts())  # fmt: skip
 
     def _read_commits(
         self, df: DataFrame, topics: set[str]
@@ -303,6 +347,20 @@ class BatchProcessor:
                  self.last.rows, self.last.rejected, time.monotonic() - started,
                  steps)  # fmt: skip
         write_status(self._settings.checkpoint_path, self.last)
+
+
+def _sole_schemas(expected: list[Expected], counts: dict[str, int]) -> set[bytes]:
+    """Headers of the schemas that are the only value schema of their topic and table.
+
+    A table created from another schema than its rows' might take an older schema's rows
+    as an incompatible change (a column narrowed back): only these are created ahead.
+    """
+    tables = [TableRef.of(e.schema) for e in expected]
+    return {
+        e.header
+        for e, ref in zip(expected, tables, strict=True)
+        if e.entry.topic and counts.get(e.entry.topic) == 1 and tables.count(ref) == 1
+    }
 
 
 def topic_filter(regex: str) -> TopicFilter:

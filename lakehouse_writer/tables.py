@@ -148,6 +148,7 @@ class TableManager:
         self._spark = spark
         self._lakehouse = lakehouse
         self._checked: dict[tuple[TableRef, str], TableInfo] = {}
+        self._created: set[TableRef] = set()
 
     def ensure(self, schema: ValueSchema) -> TableInfo:
         """Create the table of ``schema`` or evolve it to take the schema's rows.
@@ -159,19 +160,37 @@ class TableManager:
         cache_key = (ref, schema.to_json())
         if cache_key not in self._checked:
             path = ref.path(self._lakehouse)
-            created = not _is_delta(self._spark, path)
-            if created:
-                _create(self._spark, path, schema)
-            else:
+            if _is_delta(self._spark, path):
                 _evolve(self._spark, path, schema, ref)
-            self._checked[cache_key] = self._info(ref, path, created)
+            else:
+                self._create(ref, path, schema)
+            self._checked[cache_key] = self._info(ref, path)
         return self._checked[cache_key]
 
-    def _info(self, ref: TableRef, path: str, created: bool) -> TableInfo:
+    def create_missing(self, schema: ValueSchema) -> bool:
+        """Create the table of ``schema`` when there is none; an existing one is left as is.
+
+        The writer calls it for the schemas it expects while the batch's scan job runs, so
+        the creation (a Delta commit, 0.3-0.4 s) is not on the batch's path; :meth:`ensure`
+        then finds the table. Returns True when it created the table.
+        """
+        ref = TableRef.of(schema)
+        path = ref.path(self._lakehouse)
+        if ref in self._created or _is_delta(self._spark, path):
+            return False
+        self._create(ref, path, schema)
+        self._checked[(ref, schema.to_json())] = self._info(ref, path)
+        return True
+
+    def _create(self, ref: TableRef, path: str, schema: ValueSchema) -> None:
+        _create(self._spark, path, schema)
+        self._created.add(ref)
+
+    def _info(self, ref: TableRef, path: str) -> TableInfo:
         properties, struct = table_metadata(self._spark, path)
         keys = tuple(json.loads(properties.get(PRIMARY_KEYS_PROPERTY, "[]")))
         columns = {f.name: f.dataType for f in struct.fields}
-        return TableInfo(ref, path, keys, columns, created)
+        return TableInfo(ref, path, keys, columns, ref in self._created)
 
 
 def jvm_delta_log(spark: SparkSession, path: str) -> Any:
@@ -185,6 +204,23 @@ def jvm_delta_log(spark: SparkSession, path: str) -> Any:
     """
     jvm = spark._jvm  # type: ignore[attr-defined]
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
+def no_data_files(spark: SparkSession, path: str) -> bool:
+    """True when the table's latest version has no data files: it holds no rows.
+
+    Read from the version's checksum (``.crc``) through the JVM's ``DeltaLog``, without a
+    Spark job. False when the table has files, has no checksum, or where that class is not
+    there (another Delta distribution): then the caller looks with a job.
+    """
+    from py4j.protocol import Py4JError
+
+    try:
+        empty = spark._jvm.scala.Option.empty()  # type: ignore[attr-defined]
+        checksum = jvm_delta_log(spark, path).update(False, empty, empty).checksumOpt()
+        return bool(checksum.isDefined()) and int(checksum.get().numFiles()) == 0
+    except Py4JError:
+        return False
 
 
 def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], StructType]:

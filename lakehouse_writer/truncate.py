@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.tables import no_data_files
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
@@ -141,7 +143,9 @@ class TruncateLog:
         from lakehouse_writer.state import TRUNCATE
 
         loaded: dict[str, list[Truncate]] = {}
-        if DeltaTable.isDeltaTable(self._spark, self._state_path):
+        if DeltaTable.isDeltaTable(self._spark, self._state_path) and not no_data_files(
+            self._spark, self._state_path
+        ):  # fmt: skip
             state = self._spark.read.format("delta").load(self._state_path)
             rows = state.filter(F.col("kind") == TRUNCATE).select("table", "record").collect()
             for row in rows:

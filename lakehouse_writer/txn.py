@@ -27,7 +27,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,7 +92,10 @@ def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
         spark.conf.unset(TXN_VERSION)
 
 
-def append(df: DataFrame, path: str, app_id: str, version: int, merge_schema: bool = False) -> None:
+def append(
+    df: DataFrame, path: str, app_id: str, version: int, merge_schema: bool = False,
+    check: Callable[[], bool] | None = None,
+) -> bool:  # fmt: skip
     """Append ``df`` to the Delta table at ``path`` once as (``app_id``, ``version``).
 
     A replay (the table already holds ``version`` or a later one of ``app_id``) writes nothing.
@@ -100,9 +104,20 @@ def append(df: DataFrame, path: str, app_id: str, version: int, merge_schema: bo
     the first write creates the table, new columns (``merge_schema``), or a Delta whose
     internal classes differ from delta-spark 4.4's — Delta's own append does it, with the
     ``txnAppId``/``txnVersion`` options.
+
+    ``check``, when given, is a condition of the append: the commit happens only when it
+    returns True. Through Delta's transaction it runs while the files are written (another
+    Spark job at the same time: the two fill each other's idle cores), and the files are
+    deleted again when it returns False; otherwise it runs first.
+
+    Returns:
+        False when ``check`` returned False (nothing appended), else True.
     """
-    if append_in_transaction(df, path, app_id, version):
-        return
+    done = append_in_transaction(df, path, app_id, version, check)
+    if done is not None:
+        return done
+    if check is not None and not check():
+        return False
     writer = (
         df.write.format("delta").mode("append")
         .option("txnAppId", app_id).option("txnVersion", version)
@@ -110,13 +125,17 @@ def append(df: DataFrame, path: str, app_id: str, version: int, merge_schema: bo
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     writer.save(path)
+    return True
 
 
-def append_in_transaction(df: DataFrame, path: str, app_id: str, version: int) -> bool:
-    """:func:`append` through ``OptimisticTransaction``; False when that does not apply.
+def append_in_transaction(
+    df: DataFrame, path: str, app_id: str, version: int,
+    check: Callable[[], bool] | None = None,
+) -> bool | None:  # fmt: skip
+    """:func:`append` through ``OptimisticTransaction``; None when that does not apply.
 
     It does not apply (and does nothing) when the table does not exist, ``df``'s columns are
-    not the table's, or Delta's internal classes differ.
+    not the table's, or Delta's internal classes differ. Returns what :func:`append` does.
     """
     from py4j.protocol import Py4JError, Py4JJavaError
     from pyspark.sql.types import StructType
@@ -128,12 +147,12 @@ def append_in_transaction(df: DataFrame, path: str, app_id: str, version: int) -
     try:
         delta_log = jvm_delta_log(spark, path)
         if not delta_log.tableExists():
-            return False
+            return None
         transaction = delta_log.startTransaction()
         snapshot = transaction.snapshot()
         table_schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
         if not same_columns(df.schema, table_schema):
-            return False
+            return None
         done = _txn_version(jvm, transaction, snapshot, app_id)
         delta = jvm.org.apache.spark.sql.delta
         empty = jvm.scala.Option.empty()
@@ -147,15 +166,46 @@ def append_in_transaction(df: DataFrame, path: str, app_id: str, version: int) -
         raise
     except Py4JError as exc:  # another Delta: its internal classes or methods differ
         log.debug("append path=%s through Delta's writer: %s", path, exc)
-        return False
+        return None
     if done >= version:
         log.info("append skipped path=%s app_id=%s version=%d: already committed (replay)",
                  path, app_id, version)  # fmt: skip
         return True
     transaction.readTxn().addOne(app_id)  # a concurrent commit of the same app id conflicts
-    files = transaction.writeFiles(df._jdf)
+    if check is None:
+        files = transaction.writeFiles(df._jdf)
+    else:
+        from pyspark import inheritable_thread_target
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-check") as pool:
+            inherit = inheritable_thread_target(spark)  # the stream's job properties and tags
+            passed = pool.submit(inherit(check))
+            files = transaction.writeFiles(df._jdf)
+            if not passed.result():
+                _delete_files(jvm, spark, delta_log, files)
+                return False
     transaction.commit(files.appended(set_txn), operation)
     return True
+
+
+def _delete_files(jvm: Any, spark: SparkSession, delta_log: Any, files: Any) -> None:
+    """Delete data files written by a transaction that is not committed (none refers to them).
+
+    Best effort: a file left behind is not part of the table, and ``VACUUM`` removes it.
+    """
+    from py4j.protocol import Py4JError
+
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    base = delta_log.dataPath().toString()
+    operations = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations
+    added = jvm.scala.jdk.javaapi.CollectionConverters.asJava(files)
+    try:
+        for action in added:
+            target = operations.absolutePath(base, action.path())
+            target.getFileSystem(conf).delete(target, False)
+    except Py4JError as exc:
+        log.warning("files of an append not committed left for VACUUM path=%s error=%s",
+                    base, exc)  # fmt: skip
 
 
 def _txn_version(jvm: Any, transaction: Any, snapshot: Any, app_id: str) -> int:

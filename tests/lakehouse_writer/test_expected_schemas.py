@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from lakehouse_writer.catalog import CatalogEntry
-from lakehouse_writer.scan import ExpectedSchemas
+from lakehouse_writer.job import _sole_schemas
+from lakehouse_writer.scan import Expected, ExpectedSchemas
 from tests.support.writer import sample_schema
 
 
@@ -32,3 +33,18 @@ def test_a_schema_that_is_not_a_value_schema_is_not_expected():
     expected = ExpectedSchemas()
     expected.saw(b"k", CatalogEntry('{"type": "string"}', "key", "t"))
     assert not expected
+
+
+def test_only_a_table_s_sole_writer_schema_has_its_table_made_ahead():
+    def expected(header: bytes, name: str, topic: str) -> Expected:
+        entry = CatalogEntry(json.dumps(sample_schema(name).to_avro_json()), "value", topic)
+        return Expected(header, entry, sample_schema(name))
+
+    candidates = [
+        expected(b"a", "A", "t_a"),  # its topic's only schema
+        expected(b"b", "B", "t_b"),  # its topic had an older schema: rows may be of that one
+        expected(b"c1", "C", "t_c1"), expected(b"c2", "C", "t_c2"),  # one table, two topics
+    ]  # fmt: skip
+    counts = {"t_a": 1, "t_b": 2, "t_c1": 1, "t_c2": 1}
+    assert _sole_schemas(candidates, counts) == {b"a"}
+    assert _sole_schemas(candidates, {}) == set()  # not in the catalog: not made ahead

@@ -75,12 +75,47 @@ def test_a_new_column_goes_through_schema_merge_and_a_not_null_column_is_enforce
     assert _rows(spark, path) == []
     txn.append(local_frame(spark, [(1, "a")], SCHEMA), path, "app", 0)
     wider = local_frame(spark, [(2, "b", 7)], SCHEMA + ", extra INT")
-    assert not txn.append_in_transaction(wider, path, "app", 1)  # new column: Delta's writer
+    assert txn.append_in_transaction(wider, path, "app", 1) is None  # new column: Delta's writer
     txn.append(wider, path, "app", 1, merge_schema=True)
     assert _rows(spark, path) == [(1, "a", None), (2, "b", 7)]
     txn.append(local_frame(spark, [(3, "c", 8)], SCHEMA + ", extra INT"), path, "app", 1,
                merge_schema=True)  # a replay of the schema change: nothing  # fmt: skip
     assert len(_rows(spark, path)) == 2
+
+
+def _data_files(path: str) -> set[str]:
+    return {p.name for p in Path(path).glob("*.parquet")}
+
+
+def test_a_failed_check_commits_nothing_and_deletes_the_files_it_wrote(spark, tmp_path):
+    path = str(tmp_path / "t")
+    txn.append(local_frame(spark, [(1, "a")], SCHEMA), path, "app", 0)  # creates the table
+    before, commits = _data_files(path), len(_commits(path))
+    calls = []
+
+    def refuse() -> bool:
+        calls.append(spark.range(3).count())  # a Spark job of its own, as unique_keys runs
+        return False
+
+    more = local_frame(spark, [(2, "b"), (3, "c")], SCHEMA)
+    assert txn.append(more, path, "app", 1, check=refuse) is False
+    assert calls == [3]
+    assert _rows(spark, path) == [(1, "a")]
+    assert len(_commits(path)) == commits  # no commit, so version 1 of "app" is still free
+    assert _data_files(path) == before  # the files written meanwhile are gone
+    assert txn.append(more, path, "app", 1, check=lambda: True) is True
+    assert _rows(spark, path) == [(1, "a"), (2, "b"), (3, "c")]
+    assert txn.append(more, path, "app", 1, check=lambda: True) is True  # a replay: skipped
+    assert len(_rows(spark, path)) == 3
+
+
+def test_a_check_runs_first_where_delta_s_own_writer_appends(spark, tmp_path):
+    path = str(tmp_path / "t")  # no table yet: Delta's writer creates it
+    rows = local_frame(spark, [(1, "a")], SCHEMA)
+    assert txn.append(rows, path, "app", 0, check=lambda: False) is False
+    assert not Path(path, "_delta_log").exists()
+    assert txn.append(rows, path, "app", 0, check=lambda: True) is True
+    assert _rows(spark, path) == [(1, "a")]
 
 
 def test_column_names_and_types_decide_the_path_not_nullability():

@@ -111,6 +111,25 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
 
 
 @pytest.mark.spark
+def test_a_state_table_made_ahead_is_empty_and_takes_the_first_batch(spark, tmp_path):
+    from lakehouse_writer.tables import no_data_files
+
+    path = str(tmp_path / "_writer_state")
+    store = StateStore(spark, path, "a")
+    assert store.create() and not store.create()
+    assert no_data_files(spark, path)
+    assert store.load() == WriterState()  # read from the log: no rows, no job
+    assert TruncateLog(spark, path, str(tmp_path / "_truncates")).of("SHOP.ORDERS") == []
+    store.append(BatchChanges({("orders", 0): 3}), 0)
+    assert not no_data_files(spark, path)
+    assert store.load().offsets == {("orders", 0): 3}
+    written = spark.read.format("delta").load(path).collect()
+    assert [(r.kind, r.batch_id, r.written_at is not None) for r in written] == [
+        ("offset", 0, True)
+    ]
+
+
+@pytest.mark.spark
 def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive_compaction(
     spark, tmp_path
 ):

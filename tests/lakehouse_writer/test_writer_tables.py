@@ -86,3 +86,20 @@ def test_incompatible_change_raises_for_that_table(spark, tmp_path):
     rekeyed.set_primary_keys("ID", "Größe")
     with pytest.raises(SchemaEvolutionError, match="primary key changed"):
         tables.ensure(rekeyed)
+
+
+def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is(
+    spark, tmp_path
+):
+    from lakehouse_writer.tables import no_data_files
+
+    tables = TableManager(spark, str(tmp_path))
+    assert tables.create_missing(_schema(AvroShort()))
+    assert not tables.create_missing(_schema(AvroShort()))
+    info = tables.ensure(_schema(AvroShort()))  # the batch's rows find it made
+    assert info.created and no_data_files(spark, info.path)
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{info.path}`").count() == 1  # no second commit
+    later = TableManager(spark, str(tmp_path))  # e.g. after a restart
+    assert not later.create_missing(_schema(AvroLong(), extra=True))  # no evolution either
+    assert "NEW COL" not in later.ensure(_schema(AvroShort())).columns
+    assert not later.ensure(_schema(AvroShort())).created
