@@ -21,7 +21,8 @@ them in from the batch) and it applies them, idempotently per ``batch_id``:
    ``__change_type`` = ``P``), each only over stored rows that are not newer. The target is
    restricted to the batch's range of the first key column, so Delta skips the files
    outside it. Fast path: when an unscoped TRUNCATE left the table empty and every row is an
-   upsert, the rows are appended instead (no join, and no sort when no key repeats).
+   upsert, the rows are appended instead (no join; no sort either when no key repeats,
+   which a second job checks while the files are written: ``txn.append``'s ``check``).
 5. GDPR (``G``) rows: after the MERGE the table's deletion vectors are purged
    (``REORG ... APPLY (PURGE)``) so no current data file still holds a deleted row.
 

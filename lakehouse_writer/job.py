@@ -8,7 +8,8 @@ appends ``_rejected``, ``_execution_log`` and ``_lineage``, writes the ``_commit
 the commits now complete (:mod:`lakehouse_writer.commits`), and last the batch's state
 (:mod:`lakehouse_writer.state`; it holds the TRUNCATEs applied, too). Every write is
 idempotent per batch id, so a replay after a crash is harmless; a batch the state already
-holds is skipped outright.
+holds is skipped outright. While the scan job runs, a second thread creates what the batch
+will write to and is missing (:meth:`BatchProcessor._prepare`).
 """
 
 from __future__ import annotations
