@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from urllib.parse import unquote
+
 import pytest
 
 from lakehouse_writer.apply import apply_batch
@@ -103,6 +107,23 @@ def test_replace_after_unscoped_truncate_appends_into_the_empty_table(spark, ord
     result = apply(reload, 1)
     assert result.fast_path
     assert table_rows(spark, table.path) == [(0, "new"), (1, "new"), (2, "newer")]
+    # ID 2 repeats: the files written while that was checked were deleted, not left behind
+    assert _files_on_disk(table.path) == _files_ever_added(table.path)
+
+
+def _files_on_disk(path: str) -> set[str]:
+    return {p.relative_to(path).as_posix() for p in Path(path).rglob("*.parquet")
+            if "_delta_log" not in p.parts}  # fmt: skip
+
+
+def _files_ever_added(path: str) -> set[str]:
+    added = set()
+    for log in Path(path, "_delta_log").glob("*.json"):
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                added.add(unquote(action["add"]["path"]))
+    return added
 
 
 def test_replaying_a_batch_changes_nothing(spark, orders):
