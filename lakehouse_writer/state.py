@@ -143,16 +143,14 @@ class StateStore:
         self._spark = spark
         self._path = path
         self._instance = instance
+        self._exists = False  # known to exist: create() looks no more
 
     def load(self) -> WriterState:
         """The state after the instance's last completed batch (empty on first start)."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
         state = WriterState()
-        if not DeltaTable.isDeltaTable(self._spark, self._path) or no_data_files(
-            self._spark, self._path
-        ):  # fmt: skip
+        if no_data_files(self._spark, self._path):  # no table yet, or an empty one
             return state
         frame = self._spark.read.format("delta").load(self._path)
         rows = frame.filter(F.col("instance") == self._instance).collect()
@@ -172,12 +170,14 @@ class StateStore:
         from delta.tables import DeltaTable
         from pyspark.sql.types import StructType
 
-        if DeltaTable.isDeltaTable(self._spark, self._path):
+        if self._exists or DeltaTable.isDeltaTable(self._spark, self._path):
+            self._exists = True
             return False
         schema = StructType.fromDDL(STATE_SCHEMA).add("written_at", "timestamp")  # as _frame
         DeltaTable.createIfNotExists(self._spark).location(self._path).addColumns(
             schema
         ).execute()  # fmt: skip
+        self._exists = True
         return True
 
     def append(self, changes: BatchChanges, batch_id: int) -> None:

@@ -206,21 +206,30 @@ def jvm_delta_log(spark: SparkSession, path: str) -> Any:
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
-def no_data_files(spark: SparkSession, path: str) -> bool:
-    """True when the table's latest version has no data files: it holds no rows.
+def _latest_snapshot(spark: SparkSession, path: str) -> Any:
+    """The JVM snapshot of the table's latest version (version -1: no table there)."""
+    empty = spark._jvm.scala.Option.empty()  # type: ignore[attr-defined]
+    return jvm_delta_log(spark, path).update(False, empty, empty)
 
-    Read from the version's checksum (``.crc``) through the JVM's ``DeltaLog``, without a
-    Spark job. False when the table has files, has no checksum, or where that class is not
-    there (another Delta distribution): then the caller looks with a job.
+
+def no_data_files(spark: SparkSession, path: str) -> bool:
+    """True when there is no table at ``path`` or its latest version has no data files.
+
+    Either way it holds no rows. Read from the log and the version's checksum (``.crc``)
+    through the JVM's ``DeltaLog``, without a Spark job. False when the table has files or
+    no checksum; where that class is not there (another Delta distribution), True only when
+    there is no table. On False the caller looks with a job.
     """
     from py4j.protocol import Py4JError
 
     try:
-        empty = spark._jvm.scala.Option.empty()  # type: ignore[attr-defined]
-        checksum = jvm_delta_log(spark, path).update(False, empty, empty).checksumOpt()
+        snapshot = _latest_snapshot(spark, path)
+        if int(snapshot.version()) < 0:
+            return True
+        checksum = snapshot.checksumOpt()
         return bool(checksum.isDefined()) and int(checksum.get().numFiles()) == 0
     except Py4JError:
-        return False
+        return not _is_delta(spark, path)
 
 
 def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], StructType]:
@@ -236,8 +245,7 @@ def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], Stru
 
     try:
         jvm = spark._jvm  # type: ignore[attr-defined]
-        empty = jvm.scala.Option.empty()
-        metadata = jvm_delta_log(spark, path).update(False, empty, empty).metadata()
+        metadata = _latest_snapshot(spark, path).metadata()
         configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
             metadata.configuration()
         )  # fmt: skip

@@ -143,9 +143,7 @@ class TruncateLog:
         from lakehouse_writer.state import TRUNCATE
 
         loaded: dict[str, list[Truncate]] = {}
-        if DeltaTable.isDeltaTable(self._spark, self._state_path) and not no_data_files(
-            self._spark, self._state_path
-        ):  # fmt: skip
+        if not no_data_files(self._spark, self._state_path):  # a table, with rows
             state = self._spark.read.format("delta").load(self._state_path)
             rows = state.filter(F.col("kind") == TRUNCATE).select("table", "record").collect()
             for row in rows:
