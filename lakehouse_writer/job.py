@@ -18,17 +18,18 @@ import logging
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.apply import ApplyResult, apply_batch
-from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
+from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.read import decode_batch, with_raw_bytes
+from lakehouse_writer.read import DecodedBatch, decode_batch, with_raw_bytes
+from lakehouse_writer.reload import Speculation, offset_ranges, speculate
 from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, write_status
@@ -39,7 +40,7 @@ from lakehouse_writer.system_tables import (
     log_rows,
     rejected_rows,
 )
-from lakehouse_writer.tables import TableManager, TableRef
+from lakehouse_writer.tables import TableManager, TableRef, no_data_files
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import TruncateLog
 from producer_lib.errors import SchemaError
@@ -98,6 +99,8 @@ class BatchProcessor:
         self._persisted: list[DataFrame] = []
         self._expected = ExpectedSchemas()
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
+        self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
+        self._source_options = source_options(settings)
         self._truncates = TruncateLog(spark, f"{self._lake}/{STATE}",
                                       f"{self._lake}/{LEGACY_TRUNCATES}")  # fmt: skip
         self._gate = threading.Lock()
@@ -107,9 +110,8 @@ class BatchProcessor:
         # Driver work that does not need the batch's rows runs on this thread, overlapping
         # the query's start-up and each batch's scan job (the driver is idle during both).
         self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-aside")
-        self._latest: Future[list[tuple[str, CatalogEntry]]] | None = self._aside.submit(
-            self._catalog.latest_value_schemas
-        )  # fmt: skip
+        self._tables_ready = threading.Event()
+        self._aside.submit(self._start_up)
 
     @property
     def state(self) -> WriterState:
@@ -149,6 +151,8 @@ class BatchProcessor:
         from pyspark import inheritable_thread_target
 
         started, steps = time.monotonic(), Steps()
+        self._tables_ready.wait()  # set by _start_up, which never fails
+        reload: Speculation | None = None
         with steps("scan"):
             if not self._expected:
                 self._expect_from_catalog()
@@ -157,19 +161,28 @@ class BatchProcessor:
             inherit = inheritable_thread_target(self._spark)  # the stream's job properties
             prepared = self._aside.submit(inherit(self._prepare), expected, scanned)
             try:
-                found = scan(source, expected, self._system_topics)
+                reload = self._speculate(source, expected, batch_id)
+                batch = source if reload is None else reload.rest
+                found = scan(batch, expected, self._system_topics)
+            except BaseException:
+                if reload is not None:
+                    reload.discard()
+                raise
             finally:
                 scanned.set()
                 prepared.result()  # never raises: what failed is done again on the batch's path
         df = found.frame  # cached by the scan: unpersisted below
         try:
+            if reload is not None:
+                found.offsets.update(reload.offsets)
             changes = BatchChanges(offsets=found.offsets)
             topics = {topic for topic, _ in found.offsets}
             with steps("commits"):
                 commits, bad = self._read_commits(df, topics)
-            results, rejected = self._apply_data(df, batch_id, found, changes, steps)
+            results, rejected = self._apply_data(df, batch_id, found, changes, steps, reload)
+            reload = None  # committed or discarded
             with steps("system"):
-                self._write_rejected([*rejected, *bad], batch_id, source)
+                self._write_rejected([*rejected, *bad], batch_id, batch)
                 self._write_logs(df, batch_id, topics)
                 self._write_commits(batch_id, commits, changes)
             with steps("state"):
@@ -179,10 +192,71 @@ class BatchProcessor:
                     self._store.compact(self.state)
             self._finish(batch_id, results, started, steps)
         finally:
+            if reload is not None:  # the batch failed before its reload was committed
+                reload.discard()
             for frame in self._persisted:
                 frame.unpersist()
             self._persisted.clear()
             df.unpersist()
+
+    def _start_up(self) -> None:
+        """While the query starts: read the catalog and create what a cold start writes to.
+
+        That is ``_writer_state`` and the missing tables of the expected schemas that are
+        the only writer schema of their table (:meth:`_expect_from_catalog`). A failure is
+        only logged: the batch does it again on its path, and reports the error.
+        """
+        try:
+            self._expect_from_catalog()
+            for e in self._expected.guess():
+                if e.header in self._creatable:
+                    self._tables.create_missing(e.schema)
+            self._tables_ready.set()  # the first batch may start; its state is written last
+            self._store.create()
+        except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
+            log.warning("preparing the lakehouse at start-up failed error=%s: %s",
+                        type(exc).__name__, exc)  # fmt: skip
+        finally:
+            self._tables_ready.set()
+
+    def _speculate(
+        self, source: DataFrame, expected: list[Expected], batch_id: int
+    ) -> Speculation | None:
+        """Bet that the batch's rows of one topic are a reload, and write them in one pass.
+
+        The bet is made on the topic with the most offsets in the batch, at least
+        ``reload_one_pass_min_rows``, whose only writer schema is expected and whose table
+        is empty (:mod:`lakehouse_writer.reload`). None: no bet, or a lost one (its files
+        are deleted; the table is not bet on again) — the batch takes the normal path.
+        """
+        limit = self._settings.reload_one_pass_min_rows
+        bets = [e for e in expected if e.header in self._creatable - self._declined]
+        ranges = offset_ranges(source) if limit and bets else None
+        if not ranges:
+            return None
+        spans: dict[str, int] = {}
+        for (topic, _), (first, end) in ranges.items():
+            spans[topic] = spans.get(topic, 0) + end - first
+        bet = max(bets, key=lambda e: spans.get(e.entry.topic or "", 0))
+        ref = TableRef.of(bet.schema)
+        if spans.get(bet.entry.topic or "", 0) < limit or ref.qualified in self.state.stopped:
+            return None
+        try:
+            info = self._tables.ensure(bet.schema)
+        except LakehouseWriterError:
+            return None  # the normal path reports it
+        if info.append_only or not no_data_files(self._spark, info.path):
+            return None
+        outcome = speculate(source, self._source_options, ranges, bet, info,
+                            txn.app_id_for(self._instance, ref.qualified),
+                            txn.txn_version(batch_id, txn.STEP_ROWS),
+                            self._truncates.of(ref.qualified))  # fmt: skip
+        if isinstance(outcome, str):
+            self._declined.add(bet.header)
+            log.info("reload not written in one pass table=%s batch=%d reason=%s",
+                     ref.qualified, batch_id, outcome)  # fmt: skip
+            return None
+        return outcome
 
     def _prepare(self, expected: list[Expected], scanned: threading.Event) -> None:
         """Create what the batch will write to and is missing, while its scan job runs.
@@ -208,9 +282,8 @@ class BatchProcessor:
 
     def _expect_from_catalog(self) -> None:
         """A cold start expects the latest value schema of every subscribed topic."""
-        read_ahead, self._latest = self._latest, None  # read at start-up; later, here
         try:
-            latest = read_ahead.result() if read_ahead else self._catalog.latest_value_schemas()
+            latest = self._catalog.latest_value_schemas()
         except LakehouseWriterError as exc:  # the batch decodes what it finds all the same
             log.warning("schema catalog not read; nothing expected error=%s", exc)
             return
@@ -251,25 +324,34 @@ class BatchProcessor:
 
     def _apply_data(
         self, df: DataFrame, batch_id: int, found: BatchScan, changes: BatchChanges,
-        steps: Steps,
+        steps: Steps, reload: Speculation | None = None,
     ) -> tuple[list[ApplyResult], list[DataFrame]]:  # fmt: skip
+        """Apply the batch's data rows table by table, and commit ``reload``'s files.
+
+        ``reload``'s rows are not in ``df``; should ``df`` hold rows of its table all the
+        same (from another topic), its files are dropped and its rows applied with them.
+        """
         from pyspark.sql import functions as F
 
         headers = found.headers
         data_topics = sorted(headers.keys() - self._system_topics)
-        if not data_topics:
+        if not data_topics and reload is None:
             return [], []
         stopped = dict(self.state.stopped)
-        data = df.filter(F.col("topic").isin(*data_topics))
-        tags = set().union(*(headers[t] for t in data_topics))
-        with steps("decode"):
-            decoded = decode_batch(data, self._catalog, self._tables, stopped, tags,
-                                   found.decoded)  # fmt: skip
-        self._persisted += decoded.cached  # decoded once, read by every step of the apply
-        for header, entry in decoded.schemas.items():
-            self._expected.saw(header, entry)
+        decoded = DecodedBatch()
+        if data_topics:
+            data = df.filter(F.col("topic").isin(*data_topics))
+            tags = set().union(*(headers[t] for t in data_topics))
+            with steps("decode"):
+                decoded = decode_batch(data, self._catalog, self._tables, stopped, tags,
+                                       found.decoded)  # fmt: skip
+            self._persisted += decoded.cached  # decoded once, read by every step of the apply
+            for header, entry in decoded.schemas.items():
+                self._expected.saw(header, entry)
         changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
-        results: list[ApplyResult] = []
+        with steps("apply"):
+            reload = self._settle(reload, decoded, batch_id)
+        results = self._commit_reload(reload, changes, steps)
         rejected = list(decoded.rejected)
         for ref, (info, rows) in decoded.tables.items():
             try:
@@ -287,6 +369,50 @@ class BatchProcessor:
             if result.rejected is not None:
                 rejected.append(result.rejected)
         return results, rejected
+
+    def _settle(
+        self, reload: Speculation | None, decoded: DecodedBatch, batch_id: int
+    ) -> Speculation | None:
+        """``reload`` when its files are to be committed; else its rows join ``decoded``.
+
+        They are not when a key repeats, or when the rest of the batch holds rows of its
+        table (from another topic): then its files are deleted and its rows, read again,
+        are applied the normal way, with those of the rest.
+        """
+        if reload is None:
+            return None
+        ref = reload.info.ref
+        if ref in decoded.tables:
+            reason = "the batch holds rows of its table from another topic"
+        elif not reload.unique():
+            reason = "a key repeats"
+        else:
+            return reload
+        log.info("reload not written in one pass table=%s batch=%d reason=%s", ref.qualified,
+                 batch_id, reason)  # fmt: skip
+        reload.discard()
+        self._declined.add(reload.expected.header)
+        rows = reload.rows().persist()
+        self._persisted.append(rows)
+        info = reload.info
+        if ref in decoded.tables:
+            info, others = decoded.tables[ref]
+            rows = others.unionByName(rows, allowMissingColumns=True)
+            decoded.summaries.pop(ref, None)  # apply_batch summarizes them all
+        decoded.tables[ref] = (info, rows)
+        return None
+
+    def _commit_reload(
+        self, reload: Speculation | None, changes: BatchChanges, steps: Steps
+    ) -> list[ApplyResult]:
+        if reload is None:
+            return []
+        with steps("apply"):
+            result = reload.commit()
+        changes.versions[result.table] = result.version
+        changes.truncates += self._truncates.record(result.table, result.truncates)
+        self._expected.saw(reload.expected.header, reload.expected.entry)
+        return [result]
 
     def _write_rejected(self, rejected: list[DataFrame], batch_id: int, batch: DataFrame) -> None:
         union = reduce(lambda a, b: a.unionByName(b), rejected) if rejected else None
@@ -402,12 +528,16 @@ def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> N
     query.stop()
 
 
+def source_options(settings: LakehouseSettings) -> dict[str, str]:
+    """The Kafka source's options but the subscription and limits (connection, isolation)."""
+    return {**SOURCE_DEFAULTS, **settings.spark_kafka_options()}
+
+
 def start(
     spark: SparkSession, settings: LakehouseSettings, once: bool
 ) -> tuple[StreamingQuery, BatchProcessor]:
     """Start the streaming query (``once``: drain what is there with availableNow)."""
-    options: dict[str, Any] = dict(SOURCE_DEFAULTS)
-    options.update(settings.spark_kafka_options())
+    options: dict[str, Any] = source_options(settings)
     options["subscribePattern"] = settings.topics_regex
     if settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)

@@ -30,6 +30,9 @@ class LakehouseSettings(BaseSettings):
         topics_regex: Java regex of the topics to subscribe to (``LAKEHOUSE_TOPICS_REGEX``).
         trigger_interval_s: Seconds between micro-batches (``LAKEHOUSE_TRIGGER_INTERVAL_S``).
         max_offsets_per_trigger: Bound of one batch; None reads all that is there.
+        reload_one_pass_min_rows: A batch with at least this many offsets of one topic that
+            looks like a reload into an empty table is written in the pass that reads it
+            (:mod:`lakehouse_writer.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``); 0: never.
         schemas_topic: The schema catalog topic (``_schemas``).
         commits_topic: Commit records (``_commits``).
         execution_log_topic: Run records (``_execution_log``).
@@ -54,6 +57,9 @@ class LakehouseSettings(BaseSettings):
     trigger_interval_s: float = Field(10.0, validation_alias="LAKEHOUSE_TRIGGER_INTERVAL_S")
     max_offsets_per_trigger: int | None = Field(
         None, validation_alias="LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER"
+    )
+    reload_one_pass_min_rows: int = Field(
+        50_000, ge=0, validation_alias="LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS"
     )
     schemas_topic: str = Field("_schemas", validation_alias="LAKEHOUSE_SCHEMAS_TOPIC")
     commits_topic: str = Field("_commits", validation_alias="LAKEHOUSE_COMMITS_TOPIC")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,7 @@ class TableManager:
         self._lakehouse = lakehouse
         self._checked: dict[tuple[TableRef, str], TableInfo] = {}
         self._created: set[TableRef] = set()
+        self._lock = threading.Lock()
 
     def ensure(self, schema: ValueSchema) -> TableInfo:
         """Create the table of ``schema`` or evolve it to take the schema's rows.
@@ -158,14 +160,15 @@ class TableManager:
         """
         ref = TableRef.of(schema)
         cache_key = (ref, schema.to_json())
-        if cache_key not in self._checked:
-            path = ref.path(self._lakehouse)
-            if _is_delta(self._spark, path):
-                _evolve(self._spark, path, schema, ref)
-            else:
-                self._create(ref, path, schema)
-            self._checked[cache_key] = self._info(ref, path)
-        return self._checked[cache_key]
+        with self._lock:  # tables are made ahead on another thread too (create_missing)
+            if cache_key not in self._checked:
+                path = ref.path(self._lakehouse)
+                if _is_delta(self._spark, path):
+                    _evolve(self._spark, path, schema, ref)
+                else:
+                    self._create(ref, path, schema)
+                self._checked[cache_key] = self._info(ref, path)
+            return self._checked[cache_key]
 
     def create_missing(self, schema: ValueSchema) -> bool:
         """Create the table of ``schema`` when there is none; an existing one is left as is.
@@ -176,11 +179,12 @@ class TableManager:
         """
         ref = TableRef.of(schema)
         path = ref.path(self._lakehouse)
-        if ref in self._created or _is_delta(self._spark, path):
-            return False
-        self._create(ref, path, schema)
-        self._checked[(ref, schema.to_json())] = self._info(ref, path)
-        return True
+        with self._lock:
+            if ref in self._created or _is_delta(self._spark, path):
+                return False
+            self._create(ref, path, schema)
+            self._checked[(ref, schema.to_json())] = self._info(ref, path)
+            return True
 
     def _create(self, ref: TableRef, path: str, schema: ValueSchema) -> None:
         _create(self._spark, path, schema)

@@ -137,75 +137,144 @@ def append_in_transaction(
     It does not apply (and does nothing) when the table does not exist, ``df``'s columns are
     not the table's, or Delta's internal classes differ. Returns what :func:`append` does.
     """
-    from py4j.protocol import Py4JError, Py4JJavaError
-    from pyspark.sql.types import StructType
-
-    from lakehouse_writer.tables import jvm_delta_log
-
-    spark = df.sparkSession
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    try:
-        delta_log = jvm_delta_log(spark, path)
-        if not delta_log.tableExists():
-            return None
-        transaction = delta_log.startTransaction()
-        snapshot = transaction.snapshot()
-        table_schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
-        if not same_columns(df.schema, table_schema):
-            return None
-        done = _txn_version(jvm, transaction, snapshot, app_id)
-        delta = jvm.org.apache.spark.sql.delta
-        empty = jvm.scala.Option.empty()
-        now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
-        set_txn = delta.actions.SetTransaction(app_id, version, now)
-        partitioned_by = jvm.scala.Some(snapshot.metadata().partitionColumns())  # as Delta's
-        operation = getattr(delta, "DeltaOperations$Write")(
-            jvm.org.apache.spark.sql.SaveMode.Append, partitioned_by, *[empty] * 7
-        )
-    except Py4JJavaError:
-        raise
-    except Py4JError as exc:  # another Delta: its internal classes or methods differ
-        log.debug("append path=%s through Delta's writer: %s", path, exc)
+    pending = PendingAppend.begin(df.sparkSession, path, app_id, version, df.schema)
+    if pending is None:
         return None
-    if done >= version:
-        log.info("append skipped path=%s app_id=%s version=%d: already committed (replay)",
-                 path, app_id, version)  # fmt: skip
+    if pending.replayed:
         return True
-    transaction.readTxn().addOne(app_id)  # a concurrent commit of the same app id conflicts
     if check is None:
-        files = transaction.writeFiles(df._jdf)
+        pending.write(df)
     else:
         from pyspark import inheritable_thread_target
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-check") as pool:
-            inherit = inheritable_thread_target(spark)  # the stream's job properties and tags
+            inherit = inheritable_thread_target(df.sparkSession)  # the stream's job properties
             passed = pool.submit(inherit(check))
-            files = transaction.writeFiles(df._jdf)
+            pending.write(df)
             if not passed.result():
-                _delete_files(jvm, spark, delta_log, files)
+                pending.discard()
                 return False
-    transaction.commit(files.appended(set_txn), operation)
+    pending.commit()
     return True
 
 
-def _delete_files(jvm: Any, spark: SparkSession, delta_log: Any, files: Any) -> None:
-    """Delete data files written by a transaction that is not committed (none refers to them).
+class PendingAppend:
+    """An append through Delta's ``OptimisticTransaction``: files written, then committed.
 
-    Best effort: a file left behind is not part of the table, and ``VACUUM`` removes it.
+    :meth:`begin` opens it; :meth:`write` writes the files (a Spark job) without committing
+    them; :meth:`commit` commits them with the ``SetTransaction`` of (``app_id``,
+    ``version``) in one commit, as Delta's own append does; :meth:`discard` deletes them
+    instead. Between write and commit the caller may decide on anything it learnt from the
+    write (:mod:`lakehouse_writer.reload`).
     """
-    from py4j.protocol import Py4JError
 
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    base = delta_log.dataPath().toString()
-    operations = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations
-    added = jvm.scala.jdk.javaapi.CollectionConverters.asJava(files)
-    try:
-        for action in added:
-            target = operations.absolutePath(base, action.path())
-            target.getFileSystem(conf).delete(target, False)
-    except Py4JError as exc:
-        log.warning("files of an append not committed left for VACUUM path=%s error=%s",
-                    base, exc)  # fmt: skip
+    def __init__(self, spark: SparkSession, path: str, app_id: str, version: int,
+                 delta_log: Any, transaction: Any, done: int) -> None:  # fmt: skip
+        self._spark = spark
+        self.path = path
+        self.app_id = app_id
+        self.version = version
+        self._log = delta_log
+        self._transaction = transaction
+        self.replayed = done >= version  # the table holds this version of app_id already
+        self._files: Any = None
+
+    @classmethod
+    def begin(
+        cls, spark: SparkSession, path: str, app_id: str, version: int, schema: StructType
+    ) -> PendingAppend | None:
+        """Open an append of rows of ``schema``; None when it does not apply.
+
+        It does not apply when the table does not exist, ``schema``'s columns are not the
+        table's, or Delta's internal classes differ (then :func:`append` uses Delta's
+        writer). A replay (:attr:`replayed`) is logged and writes nothing.
+        """
+        from py4j.protocol import Py4JError, Py4JJavaError
+        from pyspark.sql.types import StructType
+
+        from lakehouse_writer.tables import jvm_delta_log
+
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        try:
+            delta_log = jvm_delta_log(spark, path)
+            if not delta_log.tableExists():
+                return None
+            transaction = delta_log.startTransaction()
+            snapshot = transaction.snapshot()
+            table_schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
+            if not same_columns(schema, table_schema):
+                return None
+            done = _txn_version(jvm, transaction, snapshot, app_id)
+        except Py4JJavaError:
+            raise
+        except Py4JError as exc:  # another Delta: its internal classes or methods differ
+            log.debug("append path=%s through Delta's writer: %s", path, exc)
+            return None
+        pending = cls(spark, path, app_id, version, delta_log, transaction, done)
+        if pending.replayed:
+            log.info("append skipped path=%s app_id=%s version=%d: already committed (replay)",
+                     path, app_id, version)  # fmt: skip
+        else:
+            transaction.readTxn().addOne(app_id)  # a concurrent commit of the app id conflicts
+        return pending
+
+    def write(self, df: DataFrame) -> None:
+        """Write ``df``'s rows as the table's data files, not committed (one Spark job)."""
+        assert not self.replayed and self._files is None
+        self._files = self._transaction.writeFiles(df._jdf)
+
+    def file_paths(self) -> list[str]:
+        """The absolute paths of the written files."""
+        return [str(p) for p in self._paths()]
+
+    def physical_names(self) -> dict[str, str]:
+        """Column name -> its name in the data files (they differ under column mapping)."""
+        schema = json.loads(self._transaction.snapshot().metadata().schemaString())
+        return {
+            f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
+            for f in schema["fields"]
+        }
+
+    def commit(self) -> int:
+        """Commit the written files with the ``SetTransaction``; returns the table version."""
+        jvm = self._spark._jvm  # type: ignore[attr-defined]
+        delta = jvm.org.apache.spark.sql.delta
+        snapshot = self._transaction.snapshot()
+        empty = jvm.scala.Option.empty()
+        now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+        set_txn = delta.actions.SetTransaction(self.app_id, self.version, now)
+        partitioned_by = jvm.scala.Some(snapshot.metadata().partitionColumns())  # as Delta's
+        operation = getattr(delta, "DeltaOperations$Write")(
+            jvm.org.apache.spark.sql.SaveMode.Append, partitioned_by, *[empty] * 7
+        )
+        version = int(self._transaction.commit(self._files.appended(set_txn), operation))
+        self._files = None  # committed: the table's files now, never discarded
+        return version
+
+    def discard(self) -> None:
+        """Delete the written files (nothing refers to them).
+
+        Best effort: a file left behind is not part of the table, and ``VACUUM`` removes it.
+        """
+        from py4j.protocol import Py4JError
+
+        if self._files is None:
+            return
+        conf = self._spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        try:
+            for target in self._paths():
+                target.getFileSystem(conf).delete(target, False)
+        except Py4JError as exc:
+            log.warning("files of an append not committed left for VACUUM path=%s error=%s",
+                        self.path, exc)  # fmt: skip
+        self._files = None
+
+    def _paths(self) -> list[Any]:
+        jvm = self._spark._jvm  # type: ignore[attr-defined]
+        base = self._log.dataPath().toString()
+        operations = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations
+        added = jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._files)
+        return [operations.absolutePath(base, action.path()) for action in added]
 
 
 def _txn_version(jvm: Any, transaction: Any, snapshot: Any, app_id: str) -> int:

@@ -1,0 +1,280 @@
+"""A reload written in the pass that reads it.
+
+A reload — an unscoped TRUNCATE, then only upserts, into an empty table — is appended as it
+is (:mod:`lakehouse_writer.apply`'s fast path). On the normal path its rows are read twice:
+the scan reads, decodes, caches and summarizes the batch, and the append then writes the
+files from the cache.
+
+When a batch holds many rows of a topic whose only value schema is expected and whose table
+is empty, the writer bets on a reload (:func:`speculate`): one Spark job reads that topic's
+offset ranges of the batch (in tasks of a third of a Kafka partition, so the cores stay
+busy to the end), decodes them, writes the table's files through a Delta transaction
+without committing them and collects the batch's summary with ``observe``. If the summary
+shows a pure reload (:func:`refusal` finds no reason against it), the rest of the batch —
+its other offset ranges, read again by range — takes the normal path while another thread
+checks the written files' key columns for a repeated key; the files are then committed with
+the batch's txnVersion (:meth:`Speculation.commit`). A lost bet deletes the files
+uncommitted and applies the rows the normal way, read again: it costs one more pass, never
+a row, and the table is not bet on again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer import txn
+from lakehouse_writer.apply import UPSERT_TYPES, ApplyResult, RowSummary, conform, unique_keys
+from lakehouse_writer.read import body_column, split_parsed
+from lakehouse_writer.truncate import Truncate, distinct_truncates
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakehouse_writer.scan import Expected
+    from lakehouse_writer.tables import TableInfo
+
+log = logging.getLogger(__name__)
+
+OffsetRanges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [from, until)
+_COUNTED = ("T", *UPSERT_TYPES)  # the types of a reload; any other is counted as "other"
+
+
+def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
+    """The Kafka offset ranges a ``foreachBatch`` frame reads, from its RDD's partitions.
+
+    None when they are not found (not a Kafka source, or Spark's classes differ).
+    """
+    from py4j.protocol import Py4JError
+
+    spark = batch.sparkSession
+    convert = spark._jvm.scala.jdk.javaapi.CollectionConverters  # type: ignore[attr-defined]
+    try:
+        pending = [batch._jdf.queryExecution().analyzed().rdd()]
+        while pending:
+            rdd = pending.pop()
+            if rdd.getClass().getSimpleName() == "DataSourceRDD":
+                ranges: OffsetRanges = {}
+                for part in rdd.partitions():
+                    for split in convert.asJava(part.inputPartitions()):
+                        r = split.offsetRange()
+                        ranges[(str(r.topic()), int(r.partition()))] = (
+                            int(r.fromOffset()), int(r.untilOffset()),
+                        )  # fmt: skip
+                return ranges
+            pending += [d.rdd() for d in convert.asJava(rdd.dependencies())]
+    except Py4JError as exc:
+        log.debug("offset ranges of the batch not found: %s", exc)
+    return None
+
+
+def range_read(
+    spark: SparkSession, options: Mapping[str, str], ranges: OffsetRanges, batch: DataFrame,
+    min_partitions: int | None = None,
+) -> DataFrame:
+    """A Kafka batch read of exactly ``ranges``; none: an empty frame of ``batch``'s columns.
+
+    ``min_partitions``: split the ranges into at least this many Spark tasks.
+    """
+    wanted = {k: v for k, v in ranges.items() if v[1] > v[0]}
+    if not wanted:
+        return spark.createDataFrame([], batch.schema)
+    assign: dict[str, list[int]] = {}
+    for topic, partition in sorted(wanted):
+        assign.setdefault(topic, []).append(partition)
+    start = {t: {str(p): wanted[(t, p)][0] for p in parts} for t, parts in assign.items()}
+    end = {t: {str(p): wanted[(t, p)][1] for p in parts} for t, parts in assign.items()}
+    reader = spark.read.format("kafka").options(**options)
+    if min_partitions:
+        reader = reader.option("minPartitions", str(min_partitions))
+    return (
+        reader.option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(start))
+        .option("endingOffsets", json.dumps(end)).load()
+    )  # fmt: skip
+
+
+def refusal(
+    summary: RowSummary, undecoded: int, applied: Sequence[Truncate]
+) -> str | None:
+    """Why the rows summarized are not a reload the fast path appends as they are; None if they are.
+
+    A reload: every row decoded with the one schema, only upserts besides TRUNCATEs, at least
+    one TRUNCATE and all of them unscoped, and no row older than one of them or than a
+    TRUNCATE applied earlier (``applied``: no row is dropped). The table is known empty.
+    """
+    counts = summary.counts
+    if undecoded:
+        return f"{undecoded} rows of other schemas or that do not decode"
+    others = sorted(str(c) for c in counts if c not in ("T", *UPSERT_TYPES) and counts[c])
+    if others:
+        return f"row types other than upserts: {', '.join(others)}"
+    if not summary.truncates:
+        return "no TRUNCATE"
+    if not all(t.unscoped for t in summary.truncates):
+        return "a scoped TRUNCATE"
+    latest = max(t.time_us for t in (*summary.truncates, *applied))
+    if summary.oldest is not None and summary.oldest < latest:
+        return "rows older than a TRUNCATE"
+    return None
+
+
+@dataclass
+class Speculation:
+    """A reload whose files are written and not yet committed.
+
+    Attributes:
+        expected: Its writer schema.
+        info: Its table.
+        summary: The summary of the topic's rows in the batch (no key range).
+        offsets: The highest offset read per (topic, partition) of the topic.
+        rest: The batch's other offset ranges, read from Kafka (the normal path takes them).
+
+    Whether a key repeats is checked on another thread while the rest of the batch is
+    read (:meth:`unique`).
+    """
+
+    expected: Expected
+    info: TableInfo
+    summary: RowSummary
+    offsets: dict[tuple[str, int], int]
+    rest: DataFrame
+    _pending: txn.PendingAppend
+    _parsed: DataFrame
+    _unique: Future[bool]
+
+    @property
+    def topic(self) -> str:
+        """The topic whose rows were written."""
+        assert self.expected.entry.topic is not None
+        return self.expected.entry.topic
+
+    def rows(self) -> DataFrame:
+        """The topic's decoded rows (read again), as the normal path's decode gives them."""
+        return split_parsed(self._parsed, self.expected.schema)[0]
+
+    def unique(self) -> bool:
+        """True when no key repeats in the written files (waits for the check)."""
+        return self._unique.result()
+
+    def commit(self) -> ApplyResult:
+        """Commit the files with the batch's txnVersion (:meth:`unique` must be True)."""
+        version = self._pending.commit()
+        log.info("batch applied table=%s rows=%s truncates=%d fast_path=True one_pass=True "
+                 "version=%d", self.info.ref.qualified, self.summary.counts,
+                 len(self.summary.truncates), version)  # fmt: skip
+        return ApplyResult(self.info.ref.qualified, dict(self.summary.counts),  # type: ignore[arg-type]
+                           self.summary.truncates, True, False, version, None)  # fmt: skip
+
+    def discard(self) -> None:
+        """Delete the files uncommitted (once the check no longer reads them)."""
+        wait([self._unique])
+        self._pending.discard()
+
+
+def speculate(
+    batch: DataFrame, options: Mapping[str, str], ranges: OffsetRanges, expected: Expected,
+    info: TableInfo, app_id: str, version: int, applied: Sequence[Truncate],
+) -> Speculation | str:  # fmt: skip
+    """Write the topic's rows of the batch as a reload of ``info``'s empty table (see above).
+
+    Args:
+        batch: The ``foreachBatch`` frame (for its session and columns; not read).
+        options: The Kafka source's options (connection, isolation level).
+        ranges: The batch's offset ranges.
+        expected: The topic's only writer schema.
+        info: Its (empty) table.
+        app_id: The table's txnAppId.
+        version: The batch's txnVersion of the rows.
+        applied: TRUNCATEs of the table applied by earlier batches.
+
+    Returns:
+        The speculation to commit, or why it was not made (its files are deleted, if any).
+    """
+    from pyspark import inheritable_thread_target
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    spark = batch.sparkSession
+    topic = expected.entry.topic
+    mine = {k: v for k, v in ranges.items() if k[0] == topic}
+    # Smaller tasks, three per core: three whole Kafka partitions on two cores took two
+    # rounds, the second on one core. (Spark splits a range only into whole shares of
+    # ``minPartitions``: 4 left three partitions as they were.)
+    source = range_read(spark, options, mine, batch, 3 * spark.sparkContext.defaultParallelism)
+    decode = from_avro(body_column(len(expected.header)), expected.entry.schema_json,
+                       {"mode": "PERMISSIVE"})  # fmt: skip
+    header = F.substring("value", 1, len(expected.header)) == F.lit(expected.header)
+    parsed = source.select("topic", "partition", "offset", F.when(header, decode).alias("__r"))
+    observation = Observation(f"reload-{uuid.uuid4().hex}")
+    observed = parsed.observe(observation, *_metrics(sorted(p for t, p in mine)))
+    decoded, _ = split_parsed(observed, expected.schema)
+    rows = conform(decoded.filter(F.col("__change_type") != "T"), info)
+    pending = txn.PendingAppend.begin(spark, info.path, app_id, version, rows.schema)
+    if pending is None or pending.replayed:
+        return "the append does not go through Delta's transaction" if pending is None \
+            else "the batch's rows are committed already (replay)"  # fmt: skip
+    pending.write(rows)
+    summary, undecoded, offsets = _observed(observation.get, topic)
+    reason = refusal(summary, undecoded, applied)
+    if reason is not None:
+        pending.discard()
+        return reason
+    rest = range_read(spark, options, {k: v for k, v in ranges.items() if k[0] != topic}, batch)
+    written = _written(spark, pending, info) if pending.file_paths() else None
+    checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reload-check")
+    check = inheritable_thread_target(spark)(  # the stream's job properties
+        lambda: written is None or unique_keys(written, info.keys)
+    )  # fmt: skip
+    unique = checker.submit(check)
+    checker.shutdown(wait=False)  # the check runs on; nothing else is submitted
+    return Speculation(expected, info, summary, offsets, rest, pending, parsed, unique)
+
+
+def _metrics(partitions: list[int]) -> list[Any]:
+    """Scalar aggregates of the summary (``observe`` takes no grouping)."""
+    from pyspark.sql import functions as F
+
+    change = F.col("__r.__change_type")
+    time = F.unix_micros(F.col("__r.__change_time"))
+    truncate = F.struct(time.alias("t"), F.to_json(F.col("__r.__truncate")).alias("s"))
+    return [
+        F.count(F.when(change.isNull(), 1)).alias("undecoded"),
+        F.count(F.when(~change.isin(*_COUNTED), 1)).alias("other"),
+        *[F.count(F.when(change == c, 1)).alias(f"n_{c}") for c in _COUNTED],
+        F.min(F.when(change != "T", time)).alias("oldest"),
+        # as JSON: Observation.get hands arrays over as Java objects
+        F.to_json(F.collect_set(F.when(change == "T", truncate))).alias("truncates"),
+        *[F.max(F.when(F.col("partition") == p, F.col("offset"))).alias(f"o_{p}")
+          for p in partitions],
+    ]  # fmt: skip
+
+
+def _observed(
+    metrics: Mapping[str, Any], topic: str
+) -> tuple[RowSummary, int, dict[tuple[str, int], int]]:
+    counts: dict[str | None, int] = {c: int(metrics[f"n_{c}"]) for c in _COUNTED}
+    counts = {c: n for c, n in counts.items() if n}
+    if metrics["other"]:
+        counts["other"] = int(metrics["other"])  # deletes, archives, unknown types: no reload
+    truncates = json.loads(metrics["truncates"])
+    found = [(r["t"], json.loads(r["s"]) if r.get("s") else None) for r in truncates]
+    summary = RowSummary(counts, None, metrics["oldest"], tuple(distinct_truncates(found)))
+    offsets = {(topic, int(k[2:])): int(v) for k, v in metrics.items()
+               if k.startswith("o_") and v is not None}  # fmt: skip
+    return summary, int(metrics["undecoded"]), offsets
+
+
+def _written(spark: SparkSession, pending: txn.PendingAppend, info: TableInfo) -> DataFrame:
+    """The key columns of the written files, by their logical names."""
+    from pyspark.sql import functions as F
+
+    physical = pending.physical_names()
+    frame = spark.read.parquet(*pending.file_paths())
+    return frame.select(*[F.col(f"`{physical.get(k, k)}`").alias(k) for k in info.keys])

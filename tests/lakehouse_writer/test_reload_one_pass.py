@@ -1,0 +1,157 @@
+"""A reload written in the pass that reads it (lakehouse_writer.reload), real broker and Delta.
+
+The bet is made on batches of at least ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS`` offsets of a
+topic (50 000 by default); the tests lower it so that a few rows take that path.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from lakehouse_writer.apply import RowSummary
+from lakehouse_writer.cli import main
+from lakehouse_writer.reload import refusal
+from lakehouse_writer.truncate import Truncate
+from tests.support.writer import (
+    T0,
+    commit_message,
+    produce_transaction,
+    publish_schemas,
+    sample_schema,
+    table_rows,
+)
+
+TABLE = "SHOP.ORDERS"
+
+
+def _reload(ids: range, time_us: int = T0 + 1) -> list[dict]:
+    """An unscoped TRUNCATE, then a REPLACE row per id (over partitions 0 and 1)."""
+    rows: list[dict] = [{"ID": 0, "__change_type": "T", "__change_time": time_us}]
+    rows += [{"ID": i, "NAME": f"n{i}", "REGION": "A", "__change_type": "R",
+              "__change_time": time_us, "partition": i % 2} for i in ids]  # fmt: skip
+    return rows
+
+
+def _run(lake: Path, ckpt: Path, topics: str, bootstrap: str) -> None:
+    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
+            "--topics", topics, "--bootstrap-servers", bootstrap]  # fmt: skip
+    assert main(argv) == 0
+
+
+def _stray_files(spark, path: Path) -> set[str]:
+    """Data files in the table's directory that no version of the table refers to."""
+    on_disk = {p.name for p in path.glob("*.parquet")}
+    history = spark.read.json(str(path / "_delta_log" / "*.json"))
+    added = {Path(r.add.path).name for r in history.where("add IS NOT NULL").collect()}
+    return on_disk - added
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+class TestOnePass:
+    @pytest.fixture
+    def setup(self, kafka_bootstrap, new_topic, tmp_path, monkeypatch):
+        topic = new_topic(partitions=2)
+        schemas, commits = new_topic(suffix="_schemas"), new_topic(suffix="_commits")
+        publish_schemas(kafka_bootstrap, topic, schemas, sample_schema())
+        monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
+        monkeypatch.setenv("LAKEHOUSE_COMMITS_TOPIC", commits)
+        monkeypatch.setenv("LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS", "1")
+        return topic, commits, tmp_path / "lake", tmp_path / "ckpt"
+
+    def test_a_reload_is_committed_once_with_its_commit_record(
+        self, spark, kafka_bootstrap, setup, caplog
+    ):
+        topic, commits, lake, ckpt = setup
+        schema = sample_schema()
+        # partition 0: the TRUNCATE (offset 0) and the 15 even ids; partition 1: 15 odd ids
+        ends = [(topic, 0, 0, 15), (topic, 1, 0, 14)]
+        _, _, _, key, record = commit_message(commits, 0, T0 + 1, ends, [(topic, TABLE, 31)])
+        produce_transaction(kafka_bootstrap, topic, schema, _reload(range(1, 31)),
+                            extra=[(commits, key, record)])  # fmt: skip
+        with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
+            _run(lake, ckpt, f"{topic}|{commits}", kafka_bootstrap)
+        assert "one_pass=True" in caplog.text
+
+        path = lake / "SHOP" / "ORDERS"
+        assert table_rows(spark, str(path)) == [(i, f"n{i}") for i in range(1, 31)]
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+        assert [h.operation for h in history] == ["CREATE TABLE", "WRITE"]
+        committed = spark.read.format("delta").load(str(lake / "_commits")).collect()
+        assert [c.table_versions[TABLE] for c in committed] == [1]  # its offsets were recorded
+        assert _stray_files(spark, path) == set()
+
+        _run(lake, ckpt, f"{topic}|{commits}", kafka_bootstrap)  # nothing new: nothing changes
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == 2
+        assert spark.read.format("delta").load(str(lake / "_commits")).count() == 1
+
+    @pytest.mark.parametrize("case", ["repeated key", "not a reload", "poison"])
+    def test_a_lost_bet_applies_the_rows_the_normal_way(
+        self, spark, kafka_bootstrap, setup, caplog, case
+    ):
+        topic, _, lake, ckpt = setup
+        schema = sample_schema()
+        if case == "repeated key":  # the later row of id 5 wins
+            rows = [*_reload(range(1, 9)), {"ID": 5, "NAME": "last", "REGION": "A",
+                                           "__change_type": "R", "__change_time": T0 + 1,
+                                           "partition": 1}]  # fmt: skip
+            expected = [(i, "last" if i == 5 else f"n{i}") for i in range(1, 9)]
+            reason = "a key repeats"
+        elif case == "not a reload":
+            rows = [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + 1,
+                     "partition": i % 2} for i in range(1, 9)]  # fmt: skip
+            rows.append({"ID": 3, "__change_type": "D", "__change_time": T0 + 2, "partition": 1})
+            expected = [(i, f"n{i}") for i in range(1, 9) if i != 3]
+            reason = "row types other than upserts: other"
+        else:
+            rows = _reload(range(1, 9))
+            expected = [(i, f"n{i}") for i in range(1, 9)]
+            reason = "1 rows of other schemas or that do not decode"
+        produce_transaction(kafka_bootstrap, topic, schema, rows)
+        if case == "poison":
+            producer = Producer({"bootstrap.servers": kafka_bootstrap})
+            producer.produce(topic, value=b"random bytes, no header", partition=1)
+            producer.flush(30)
+        with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
+            _run(lake, ckpt, topic, kafka_bootstrap)
+        assert f"reload not written in one pass table={TABLE} batch=0 reason={reason}" \
+            in caplog.text  # fmt: skip
+        assert "one_pass=True" not in caplog.text
+
+        path = lake / "SHOP" / "ORDERS"
+        assert table_rows(spark, str(path)) == expected
+        assert _stray_files(spark, path) == set()
+        rejected = lake / "_rejected"
+        found = spark.read.format("delta").load(str(rejected)).count() if rejected.exists() else 0
+        assert found == (1 if case == "poison" else 0)
+
+
+def _summary(
+    counts: dict, truncates: tuple = (Truncate(T0),), oldest: int | None = T0
+) -> RowSummary:
+    return RowSummary(counts, None, oldest, truncates)
+
+
+@pytest.mark.parametrize(
+    ("summary", "undecoded", "applied", "reason"),
+    [
+        (_summary({"T": 1, "R": 5}), 0, (), None),
+        (_summary({"T": 2, "I": 3, "U": 1, "A": 1, "R": 5}), 0, (Truncate(T0 - 5),), None),
+        (_summary({"T": 1}, oldest=None), 0, (), None),  # a reload of no rows
+        (_summary({"T": 1, "R": 5}), 2, (), "2 rows of other schemas or that do not decode"),
+        (_summary({"T": 1, "R": 5, "other": 1}), 0, (), "row types other than upserts: other"),
+        (_summary({"R": 5}, truncates=()), 0, (), "no TRUNCATE"),
+        (_summary({"T": 1, "R": 5}, truncates=(Truncate(T0, {"REGION": "A"}),)), 0, (),
+         "a scoped TRUNCATE"),
+        (_summary({"T": 1, "R": 5}, oldest=T0 - 1), 0, (), "rows older than a TRUNCATE"),
+        (_summary({"T": 1, "R": 5}), 0, (Truncate(T0 + 1),), "rows older than a TRUNCATE"),
+    ],
+    ids=["reload", "all upsert types", "no rows", "undecoded", "other types", "no truncate",
+         "scoped", "older row", "older than an applied truncate"],
+)  # fmt: skip
+def test_refusal_names_what_is_not_a_reload(summary, undecoded, applied, reason):
+    assert refusal(summary, undecoded, applied) == reason
