@@ -215,13 +215,30 @@ def warm_up(spark: Any, schema: ValueSchema, bootstrap: str, work: str, topic: s
 def phase_load(spark: Any, settings: LakehouseSettings, schema: ValueSchema, rows: int,
                name: str) -> dict[str, Any]:  # fmt: skip
     """(a) or (m): the writer applies the initial load on a fresh lakehouse."""
-    secs = run_writer_once(spark, settings)
+    one_pass = _OnePassSeen()
+    logging.getLogger("lakehouse_writer.reload").addHandler(one_pass)
+    try:
+        secs = run_writer_once(spark, settings)
+    finally:
+        logging.getLogger("lakehouse_writer.reload").removeHandler(one_pass)
     path = TableRef.of(schema).path(settings.lakehouse_path)
     count_rows(spark, path, rows, name)
     ops = [info.get("operation", "?") for info in delta_commits(path)]
-    log.info("%s: %d rows in %.1f s, delta operations %s", name, rows, secs, ops)
+    log.info("%s: %d rows in %.1f s, delta operations %s, written in one pass: %s", name, rows,
+             secs, ops, one_pass.seen)  # fmt: skip
     return {f"{name}_rows_per_s": round(rows / secs), f"{name}_s": round(secs, 2),
-            f"{name}_operations": ops}  # fmt: skip
+            f"{name}_operations": ops, f"{name}_one_pass": one_pass.seen}  # fmt: skip
+
+
+class _OnePassSeen(logging.Handler):
+    """Whether the writer logged a reload written in one pass (lakehouse_writer.reload)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen = self.seen or "one_pass=True" in record.getMessage()
 
 
 def phase_changes(spark: Any, producer: KafkaProducer, target: Target, settings: LakehouseSettings,
@@ -331,8 +348,10 @@ def compare_merge(bootstrap: str, work: str, topic: str, spark: Any, schema: Val
         return {"merge_forced": "unavailable (lakehouse_writer.apply._is_empty is gone)"}
     apply._is_empty = lambda rows, table: False  # type: ignore[attr-defined]
     try:
-        merged = phase_load(spark, writer_settings(bootstrap, f"{work}/merged", topic), schema,
-                            rows, "merge_forced")  # fmt: skip
+        settings = writer_settings(bootstrap, f"{work}/merged", topic).model_copy(
+            update={"reload_one_pass_min_rows": 0}  # the MERGE, not the one-pass append
+        )  # fmt: skip
+        merged = phase_load(spark, settings, schema, rows, "merge_forced")
     finally:
         apply._is_empty = is_empty  # type: ignore[attr-defined]
     return merged | {"fast_path_speedup": round(merged["merge_forced_s"] / fast_s, 2)}
@@ -399,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
+    logging.getLogger("lakehouse_writer.reload").setLevel(logging.INFO)  # one pass or not
     if args.verbose:
         logging.getLogger("lakehouse_writer").setLevel(logging.INFO)
     with broker.bootstrap_servers() as bootstrap:

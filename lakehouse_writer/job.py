@@ -40,7 +40,7 @@ from lakehouse_writer.system_tables import (
     log_rows,
     rejected_rows,
 )
-from lakehouse_writer.tables import TableManager, TableRef, no_data_files
+from lakehouse_writer.tables import TableInfo, TableManager, TableRef, no_data_files
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import TruncateLog
 from producer_lib.errors import SchemaError
@@ -227,26 +227,34 @@ class BatchProcessor:
         The bet is made on the topic with the most offsets in the batch, at least
         ``reload_one_pass_min_rows``, whose only writer schema is expected and whose table
         is empty (:mod:`lakehouse_writer.reload`). None: no bet, or a lost one (its files
-        are deleted; the table is not bet on again) — the batch takes the normal path.
+        are deleted; the table is not bet on again) — the batch takes the normal path. A
+        table found holding rows is not looked at again, so later batches pay nothing.
         """
         limit = self._settings.reload_one_pass_min_rows
-        bets = [e for e in expected if e.header in self._creatable - self._declined]
-        ranges = offset_ranges(source) if limit and bets else None
+        empty: list[tuple[Expected, TableInfo]] = []
+        for e in expected if limit else ():
+            if e.header not in self._creatable or e.header in self._declined:
+                continue
+            if TableRef.of(e.schema).qualified in self.state.stopped:
+                continue
+            try:
+                info = self._tables.ensure(e.schema)
+            except LakehouseWriterError:
+                continue  # the normal path reports it
+            if info.append_only or not no_data_files(self._spark, info.path):
+                self._declined.add(e.header)  # it holds rows: no bet from now on (no cost)
+                continue
+            empty.append((e, info))
+        ranges = offset_ranges(source) if empty else None
         if not ranges:
             return None
         spans: dict[str, int] = {}
         for (topic, _), (first, end) in ranges.items():
             spans[topic] = spans.get(topic, 0) + end - first
-        bet = max(bets, key=lambda e: spans.get(e.entry.topic or "", 0))
-        ref = TableRef.of(bet.schema)
-        if spans.get(bet.entry.topic or "", 0) < limit or ref.qualified in self.state.stopped:
+        bet, info = max(empty, key=lambda c: spans.get(c[0].entry.topic or "", 0))
+        if spans.get(bet.entry.topic or "", 0) < limit:
             return None
-        try:
-            info = self._tables.ensure(bet.schema)
-        except LakehouseWriterError:
-            return None  # the normal path reports it
-        if info.append_only or not no_data_files(self._spark, info.path):
-            return None
+        ref = info.ref
         outcome = speculate(source, self._source_options, ranges, bet, info,
                             txn.app_id_for(self._instance, ref.qualified),
                             txn.txn_version(batch_id, txn.STEP_ROWS),

@@ -221,13 +221,19 @@ def speculate(
         return "the append does not go through Delta's transaction" if pending is None \
             else "the batch's rows are committed already (replay)"  # fmt: skip
     pending.write(rows)
-    summary, undecoded, offsets = _observed(observation.get, topic)
-    reason = refusal(summary, undecoded, applied)
+    try:
+        summary, undecoded, offsets = _observed(observation.get, topic)
+        reason = refusal(summary, undecoded, applied)
+        if reason is None:
+            rest = range_read(spark, options, {k: v for k, v in ranges.items() if k[0] != topic},
+                              batch)  # fmt: skip
+            written = _written(spark, pending, info) if pending.file_paths() else None
+    except BaseException:
+        pending.discard()
+        raise
     if reason is not None:
         pending.discard()
         return reason
-    rest = range_read(spark, options, {k: v for k, v in ranges.items() if k[0] != topic}, batch)
-    written = _written(spark, pending, info) if pending.file_paths() else None
     checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reload-check")
     check = inheritable_thread_target(spark)(  # the stream's job properties
         lambda: written is None or unique_keys(written, info.keys)
