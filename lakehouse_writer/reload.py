@@ -148,12 +148,6 @@ class Speculation:
     _parsed: DataFrame
     _unique: Future[bool]
 
-    @property
-    def topic(self) -> str:
-        """The topic whose rows were written."""
-        assert self.expected.entry.topic is not None
-        return self.expected.entry.topic
-
     def rows(self) -> DataFrame:
         """The topic's decoded rows (read again), as the normal path's decode gives them."""
         return split_parsed(self._parsed, self.expected.schema)[0]
