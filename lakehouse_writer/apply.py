@@ -189,7 +189,7 @@ class RowSummary:
         by_change: dict[str | None, tuple[int, int | None, Any, Any, int | None]] = {}
         found: list[tuple[int, Any]] = []
         for change, n, valued, lo, hi, oldest, truncates in groups:
-            found += [(r["t"], json.loads(r["s"]) if r["s"] else None) for r in truncates or ()]
+            found += truncate_records(truncates or ())
             if change in by_change:
                 m, v, low, high, old = by_change[change]
                 valued = None if v is None or valued is None else v + valued
@@ -238,13 +238,25 @@ def summary_aggregates(
 
     n = F.count(F.lit(1)).alias("n")
     oldest = F.min(F.unix_micros(change_time)).alias("oldest")
-    row = F.struct(F.unix_micros(change_time).alias("t"), F.to_json(truncate).alias("s"))
-    truncates = F.collect_set(F.when(change == "T", row)).alias("truncates")
+    truncates = F.collect_set(F.when(change == "T", truncate_row(change_time, truncate)))
+    truncates = truncates.alias("truncates")
     if first_key is None:
         none = F.lit(None)
         return [n, none.alias("valued"), none.alias("lo"), none.alias("hi"), oldest, truncates]
     return [n, F.count(first_key).alias("valued"), F.min(first_key).alias("lo"),
             F.max(first_key).alias("hi"), oldest, truncates]  # fmt: skip
+
+
+def truncate_row(change_time: Column, truncate: Column) -> Column:
+    """A TRUNCATE row as the summaries collect it: its time in µs (``t``), scope JSON (``s``)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(F.unix_micros(change_time).alias("t"), F.to_json(truncate).alias("s"))
+
+
+def truncate_records(rows: Iterable[Any]) -> list[tuple[int, Any]]:
+    """(time µs, scope or None) of collected :func:`truncate_row` values (rows or dicts)."""
+    return [(r["t"], json.loads(r["s"]) if r["s"] else None) for r in rows]
 
 
 def summarize_rows(df: DataFrame, table: TableInfo) -> RowSummary:

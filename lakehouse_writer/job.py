@@ -9,7 +9,7 @@ the commits now complete (:mod:`lakehouse_writer.commits`), and last the batch's
 (:mod:`lakehouse_writer.state`; it holds the TRUNCATEs applied, too). Every write is
 idempotent per batch id, so a replay after a crash is harmless; a batch the state already
 holds is skipped outright. While the scan job runs, a second thread creates what the batch
-will write to and is missing (:meth:`BatchProcessor._prepare`).
+will write to and is missing (:meth:`BatchProcessor._make_ahead`).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class BatchProcessor:
         self._persisted: list[DataFrame] = []
         self._expected = ExpectedSchemas()
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
+        self._ahead: set[bytes] = set()  # headers whose table is known to exist
         self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
         self._source_options = source_options(settings)
         self._truncates = TruncateLog(spark, f"{self._lake}/{STATE}",
@@ -159,7 +160,7 @@ class BatchProcessor:
             expected = self._expected.guess()
             scanned = threading.Event()
             inherit = inheritable_thread_target(self._spark)  # the stream's job properties
-            prepared = self._aside.submit(inherit(self._prepare), expected, scanned)
+            prepared = self._aside.submit(inherit(self._make_ahead), expected, scanned)
             try:
                 reload = self._speculate(source, expected, batch_id)
                 batch = source if reload is None else reload.rest
@@ -200,24 +201,13 @@ class BatchProcessor:
             df.unpersist()
 
     def _start_up(self) -> None:
-        """While the query starts: read the catalog and create what a cold start writes to.
-
-        That is ``_writer_state`` and the missing tables of the expected schemas that are
-        the only writer schema of their table (:meth:`_expect_from_catalog`). A failure is
-        only logged: the batch does it again on its path, and reports the error.
-        """
+        """While the query starts: read the catalog, then :meth:`_make_ahead`."""
         try:
             self._expect_from_catalog()
-            for e in self._expected.guess():
-                if e.header in self._creatable:
-                    self._tables.create_missing(e.schema)
-            self._tables_ready.set()  # the first batch may start; its state is written last
-            self._store.create()
-        except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
-            log.warning("preparing the lakehouse at start-up failed error=%s: %s",
+        except Exception as exc:  # noqa: BLE001 - the batch reads it again
+            log.warning("schema catalog not read at start-up error=%s: %s",
                         type(exc).__name__, exc)  # fmt: skip
-        finally:
-            self._tables_ready.set()
+        self._make_ahead(self._expected.guess())
 
     def _speculate(
         self, source: DataFrame, expected: list[Expected], batch_id: int
@@ -266,27 +256,32 @@ class BatchProcessor:
             return None
         return outcome
 
-    def _prepare(self, expected: list[Expected], scanned: threading.Event) -> None:
-        """Create what the batch will write to and is missing, while its scan job runs.
+    def _make_ahead(self, expected: list[Expected], scanned: threading.Event | None = None) -> None:
+        """Create what batches will write to and is missing, off the batch's path.
 
-        That is ``_writer_state`` on a fresh lakehouse and, on a cold start, the missing
-        tables of the expected schemas that are the only writer schema of their table
-        (:meth:`_expect_from_catalog`): whatever rows of it the batch holds, the table is
-        the one they would create. (So a table may appear once its schema is registered,
-        before its first rows.) It stops at the first table after the scan is done; a
-        failure is only logged: the batch then creates the table on its path, and reports
-        the error.
+        That is the missing tables of the expected schemas that are the only writer schema
+        of their table (:meth:`_expect_from_catalog`): whatever rows of it a batch holds,
+        the table is the one they would create (so a table may appear once its schema is
+        registered, before its first rows); then ``_writer_state`` on a fresh lakehouse. It
+        runs while the query starts (:meth:`_start_up`) and while each batch's scan job runs,
+        when it stops at the first table after the scan is done. A table found is not looked
+        up again. A failure is only logged: the batch then creates the table on its path,
+        and reports the error.
         """
         try:
-            self._store.create()
             for e in expected:
-                if scanned.is_set():
-                    return
-                if e.header in self._creatable:
+                if scanned is not None and scanned.is_set():
+                    break
+                if e.header in self._creatable - self._ahead:
                     self._tables.create_missing(e.schema)
+                    self._ahead.add(e.header)
+            self._tables_ready.set()  # a batch may start; its state is written last
+            self._store.create()
         except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
             log.warning("creating tables ahead of the batch failed error=%s: %s",
                         type(exc).__name__, exc)  # fmt: skip
+        finally:
+            self._tables_ready.set()
 
     def _expect_from_catalog(self) -> None:
         """A cold start expects the latest value schema of every subscribed topic."""

@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
-from lakehouse_writer.apply import UPSERT_TYPES, ApplyResult, RowSummary, conform, unique_keys
+from lakehouse_writer.apply import (
+    UPSERT_TYPES,
+    ApplyResult,
+    RowSummary,
+    conform,
+    truncate_records,
+    truncate_row,
+    unique_keys,
+)
 from lakehouse_writer.read import body_column, split_parsed
 from lakehouse_writer.truncate import Truncate, distinct_truncates
 
@@ -221,7 +229,8 @@ def speculate(
         if reason is None:
             rest = range_read(spark, options, {k: v for k, v in ranges.items() if k[0] != topic},
                               batch)  # fmt: skip
-            written = _written(spark, pending, info) if pending.file_paths() else None
+            paths = pending.file_paths()
+            written = _written(spark, pending, paths, info) if paths else None
     except BaseException:
         pending.discard()
         raise
@@ -243,14 +252,15 @@ def _metrics(partitions: list[int]) -> list[Any]:
 
     change = F.col("__r.__change_type")
     time = F.unix_micros(F.col("__r.__change_time"))
-    truncate = F.struct(time.alias("t"), F.to_json(F.col("__r.__truncate")).alias("s"))
+    truncate = truncate_row(F.col("__r.__change_time"), F.col("__r.__truncate"))
     return [
         F.count(F.when(change.isNull(), 1)).alias("undecoded"),
         F.count(F.when(~change.isin(*_COUNTED), 1)).alias("other"),
         *[F.count(F.when(change == c, 1)).alias(f"n_{c}") for c in _COUNTED],
         F.min(F.when(change != "T", time)).alias("oldest"),
-        # as JSON: Observation.get hands arrays over as Java objects
-        F.to_json(F.collect_set(F.when(change == "T", truncate))).alias("truncates"),
+        # as JSON: Observation.get hands arrays over as Java objects (null scopes kept)
+        F.to_json(F.collect_set(F.when(change == "T", truncate)),
+                  {"ignoreNullFields": "false"}).alias("truncates"),
         *[F.max(F.when(F.col("partition") == p, F.col("offset"))).alias(f"o_{p}")
           for p in partitions],
     ]  # fmt: skip
@@ -263,18 +273,19 @@ def _observed(
     counts = {c: n for c, n in counts.items() if n}
     if metrics["other"]:
         counts["other"] = int(metrics["other"])  # deletes, archives, unknown types: no reload
-    truncates = json.loads(metrics["truncates"])
-    found = [(r["t"], json.loads(r["s"]) if r.get("s") else None) for r in truncates]
+    found = truncate_records(json.loads(metrics["truncates"]))
     summary = RowSummary(counts, None, metrics["oldest"], tuple(distinct_truncates(found)))
     offsets = {(topic, int(k[2:])): int(v) for k, v in metrics.items()
                if k.startswith("o_") and v is not None}  # fmt: skip
     return summary, int(metrics["undecoded"]), offsets
 
 
-def _written(spark: SparkSession, pending: txn.PendingAppend, info: TableInfo) -> DataFrame:
-    """The key columns of the written files, by their logical names."""
+def _written(
+    spark: SparkSession, pending: txn.PendingAppend, paths: list[str], info: TableInfo
+) -> DataFrame:
+    """The key columns of the written files (``paths``), by their logical names."""
     from pyspark.sql import functions as F
 
     physical = pending.physical_names()
-    frame = spark.read.parquet(*pending.file_paths())
+    frame = spark.read.parquet(*paths)
     return frame.select(*[F.col(f"`{physical.get(k, k)}`").alias(k) for k in info.keys])
