@@ -165,7 +165,8 @@ class StateStore:
         """Create the table, empty, when there is none; True when it did.
 
         The first batch's :meth:`append` would create it as well, on the batch's path (a
-        commit of its own, about 0.4 s); the writer calls this while the scan job runs.
+        commit of its own, about 0.4 s); the writer calls this off that path, while the query
+        starts and while a batch's scan job runs.
         """
         from delta.tables import DeltaTable
         from pyspark.sql.types import StructType
