@@ -164,7 +164,11 @@ class BatchProcessor:
             try:
                 reload = self._speculate(source, expected, batch_id)
                 batch = source if reload is None else reload.rest
-                found = scan(batch, expected, self._system_topics)
+                if batch is None:  # the reload is all the batch holds: nothing to scan
+                    batch = self._spark.createDataFrame([], source.schema)
+                    found = BatchScan(batch)
+                else:
+                    found = scan(batch, expected, self._system_topics)
             except BaseException:
                 if reload is not None:
                     reload.discard()

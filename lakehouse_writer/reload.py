@@ -12,7 +12,8 @@ busy to the end), decodes them, writes the table's files through a Delta transac
 without committing them and collects the batch's summary with ``observe``. If the summary
 shows a pure reload (:func:`refusal` finds no reason against it), the rest of the batch —
 its other offset ranges, read again by range — takes the normal path while another thread
-checks the written files' key columns for a repeated key; the files are then committed with
+checks the written files' key columns for a repeated key (on the driver with pyarrow when
+the files are local, else with Spark); the files are then committed with
 the batch's txnVersion (:meth:`Speculation.commit`). A lost bet deletes the files
 uncommitted and applies the rows the normal way, read again: it costs one more pass, never
 a row, and the table is not bet on again.
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 
 OffsetRanges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [from, until)
 _COUNTED = ("T", *UPSERT_TYPES)  # the types of a reload; any other is counted as "other"
+DRIVER_CHECK_MAX_ROWS = 10_000_000  # above: the keys are checked by Spark, not on the driver
 
 
 def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
@@ -141,7 +143,8 @@ class Speculation:
         info: Its table.
         summary: The summary of the topic's rows in the batch (no key range).
         offsets: The highest offset read per (topic, partition) of the topic.
-        rest: The batch's other offset ranges, read from Kafka (the normal path takes them).
+        rest: The batch's other offset ranges, read from Kafka (the normal path takes them);
+            None when they hold no rows.
 
     Whether a key repeats is checked on another thread while the rest of the batch is
     read (:meth:`unique`).
@@ -151,7 +154,7 @@ class Speculation:
     info: TableInfo
     summary: RowSummary
     offsets: dict[tuple[str, int], int]
-    rest: DataFrame
+    rest: DataFrame | None
     _pending: txn.PendingAppend
     _parsed: DataFrame
     _unique: Future[bool]
@@ -227,20 +230,26 @@ def speculate(
         summary, undecoded, offsets = _observed(observation.get, topic)
         reason = refusal(summary, undecoded, applied)
         if reason is None:
-            rest = range_read(spark, options, {k: v for k, v in ranges.items() if k[0] != topic},
-                              batch)  # fmt: skip
+            others = {k: v for k, v in ranges.items() if k[0] != topic and v[1] > v[0]}
+            rest = range_read(spark, options, others, batch) if others else None
             paths = pending.file_paths()
-            written = _written(spark, pending, paths, info) if paths else None
+            physical = [pending.physical_names().get(k, k) for k in info.keys]
+            rows = sum(summary.counts.values())
     except BaseException:
         pending.discard()
         raise
     if reason is not None:
         pending.discard()
         return reason
+
+    def distinct() -> bool:
+        found = unique_in_files(paths, physical, rows)
+        if found is None:
+            found = unique_keys(_written(spark, paths, physical, info.keys), info.keys)
+        return found
+
     checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reload-check")
-    check = inheritable_thread_target(spark)(  # the stream's job properties
-        lambda: written is None or unique_keys(written, info.keys)
-    )  # fmt: skip
+    check = inheritable_thread_target(spark)(distinct)  # the stream's job properties
     unique = checker.submit(check)
     checker.shutdown(wait=False)  # the check runs on; nothing else is submitted
     return Speculation(expected, info, summary, offsets, rest, pending, parsed, unique)
@@ -281,11 +290,30 @@ def _observed(
 
 
 def _written(
-    spark: SparkSession, pending: txn.PendingAppend, paths: list[str], info: TableInfo
+    spark: SparkSession, paths: list[str], physical: list[str], keys: tuple[str, ...]
 ) -> DataFrame:
-    """The key columns of the written files (``paths``), by their logical names."""
+    """The key columns (``physical``: their names in the files) of the files, as ``keys``."""
     from pyspark.sql import functions as F
 
-    physical = pending.physical_names()
     frame = spark.read.parquet(*paths)
-    return frame.select(*[F.col(f"`{physical.get(k, k)}`").alias(k) for k in info.keys])
+    return frame.select(*[F.col(f"`{p}`").alias(k) for p, k in zip(physical, keys, strict=True)])
+
+
+def unique_in_files(paths: Sequence[str], columns: Sequence[str], rows: int) -> bool | None:
+    """Whether no value of ``columns`` repeats over the local Parquet files ``paths``.
+
+    Read on the driver with pyarrow: a million keys take about 0.1 s, where a Spark job
+    took 0.9-1.5 s on two cores (shuffle and all). None when it does not apply — a path
+    that is not on the local file system (``file:``), or more than
+    :data:`DRIVER_CHECK_MAX_ROWS` rows (``rows``: the count written), whose key columns the
+    driver should not hold — and the caller asks Spark. No files: True.
+    """
+    import pyarrow.dataset as ds
+
+    local = [p.removeprefix("file:") for p in paths if p.startswith("file:/")]
+    if len(local) < len(paths) or rows > DRIVER_CHECK_MAX_ROWS:
+        return None
+    if not local:
+        return True
+    keys = ds.dataset(local, format="parquet").to_table(columns=list(columns))
+    return keys.group_by(list(columns)).aggregate([]).num_rows == keys.num_rows

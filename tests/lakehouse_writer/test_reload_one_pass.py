@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from lakehouse_writer import reload
 from lakehouse_writer.apply import RowSummary
 from lakehouse_writer.cli import main
-from lakehouse_writer.reload import refusal
+from lakehouse_writer.reload import refusal, unique_in_files
 from lakehouse_writer.truncate import Truncate
 from tests.support.writer import (
     T0,
@@ -89,13 +90,16 @@ class TestOnePass:
         assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == 2
         assert spark.read.format("delta").load(str(lake / "_commits")).count() == 1
 
-    @pytest.mark.parametrize("case", ["repeated key", "not a reload", "poison"])
+    @pytest.mark.parametrize("case", ["repeated key", "repeated key, Spark's check",
+                                      "not a reload", "poison"])  # fmt: skip
     def test_a_lost_bet_applies_the_rows_the_normal_way(
-        self, spark, kafka_bootstrap, setup, caplog, case
+        self, spark, kafka_bootstrap, setup, caplog, monkeypatch, case
     ):
         topic, _, lake, ckpt = setup
         schema = sample_schema()
-        if case == "repeated key":  # the later row of id 5 wins
+        if case == "repeated key, Spark's check":  # as for files not on the local disk
+            monkeypatch.setattr(reload, "DRIVER_CHECK_MAX_ROWS", 0)
+        if case.startswith("repeated key"):  # the later row of id 5 wins
             rows = [*_reload(range(1, 9)), {"ID": 5, "NAME": "last", "REGION": "A",
                                            "__change_type": "R", "__change_time": T0 + 1,
                                            "partition": 1}]  # fmt: skip
@@ -155,3 +159,28 @@ def _summary(
 )  # fmt: skip
 def test_refusal_names_what_is_not_a_reload(summary, undecoded, applied, reason):
     assert refusal(summary, undecoded, applied) == reason
+
+
+def _parquet(path: Path, ids: list[int], lines: list[int]) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"col-1": ids, "col-2": lines, "other": ["x"] * len(ids)}), path)
+    return f"file:{path}"
+
+
+def test_unique_in_files_finds_a_key_repeated_across_files(tmp_path):
+    a = _parquet(tmp_path / "a.parquet", [1, 1, 2], [1, 2, 1])
+    b = _parquet(tmp_path / "b.parquet", [3, 2], [1, 2])
+    assert unique_in_files([a, b], ["col-1", "col-2"], 5) is True
+    again = _parquet(tmp_path / "c.parquet", [2], [2])  # (2, 2) is in b already
+    assert unique_in_files([a, b, again], ["col-1", "col-2"], 6) is False
+    assert unique_in_files([a, b], ["col-1"], 5) is False  # 1 and 2 repeat in the first column
+    assert unique_in_files([], ["col-1"], 0) is True
+
+
+def test_unique_in_files_leaves_remote_files_and_large_loads_to_spark(tmp_path):
+    a = _parquet(tmp_path / "a.parquet", [1], [1])
+    assert unique_in_files([a, "abfss://c@acct.dfs.core.windows.net/t/b.parquet"], ["col-1"],
+                           2) is None  # fmt: skip
+    assert unique_in_files([a], ["col-1"], reload.DRIVER_CHECK_MAX_ROWS + 1) is None
