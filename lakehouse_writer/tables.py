@@ -210,6 +210,20 @@ def jvm_delta_log(spark: SparkSession, path: str) -> Any:
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
+def compute_state(spark: SparkSession, path: str) -> None:
+    """Build the state of the table's latest snapshot known to this session, if not built.
+
+    That is its files and transaction ids, rebuilt from the log (checkpoint and commits) by
+    Spark jobs and cached with the snapshot: what a MERGE or DELETE reads before anything
+    else, and what every commit makes stale.
+
+    Raises:
+        py4j.protocol.Py4JError: The class is not there (another Delta distribution), or the
+            jobs failed.
+    """
+    jvm_delta_log(spark, path).unsafeVolatileSnapshot().computedState()
+
+
 def _latest_snapshot(spark: SparkSession, path: str) -> Any:
     """The JVM snapshot of the table's latest version (version -1: no table there)."""
     empty = spark._jvm.scala.Option.empty()  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -19,6 +20,7 @@ from lakehouse_writer.job import BatchProcessor
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.state import StateStore
 from lakehouse_writer.status import read_status
+from lakehouse_writer.tables import jvm_delta_log
 from producer_lib.runner.execution_log import ExecutionRecord
 from producer_lib.runner.lineage import derive_lineage
 from producer_lib.schema import AvroLong, AvroNVarchar, ValueSchema
@@ -70,7 +72,8 @@ def lake(spark, kafka_bootstrap, new_topic, tmp_path):
         path, checkpoint, kafka_bootstrap, LAKEHOUSE_SCHEMAS_TOPIC=schemas,
         LAKEHOUSE_TOPICS_REGEX="orders|customers|_commits|_execution_log|_lineage",
     ))  # fmt: skip
-    return (lambda: BatchProcessor(spark, settings, "instance-1")), path, checkpoint
+    return (lambda warm=False: BatchProcessor(spark, settings, "instance-1", warm)), path, \
+        checkpoint  # fmt: skip
 
 
 def _read(spark, path, version=None):
@@ -237,3 +240,27 @@ def _exists(spark, path) -> bool:
 
 def _crash(*args, **kwargs):
     raise RuntimeError("crash: the process died before the state was written")
+
+
+def test_a_running_writer_builds_the_state_of_a_merged_table_between_batches(spark, lake):
+    make, path, _ = lake
+    orders = f"{path}/SHOP/ORDERS"
+
+    def state_built() -> bool:
+        return bool(jvm_delta_log(spark, orders).unsafeVolatileSnapshot()
+                    .stateReconstructionTriggered())  # fmt: skip
+
+    draining = make()  # --once: no warm-up
+    draining(kafka_rows(spark, row_messages("orders", ORDERS, _orders(1, 2))), 0)
+    time.sleep(1)
+    assert not state_built()  # else the test below would prove nothing
+    running = make(warm=True)
+    running(kafka_rows(spark, row_messages("orders", ORDERS, _orders(3, t=2), first_offset=2)), 1)
+    deadline = time.monotonic() + 60
+    while not state_built() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert state_built()
+    running(kafka_rows(spark, row_messages("orders", ORDERS, _orders(1, t=3, kind="U")
+                                           + _orders(4, t=3), first_offset=3)), 2)  # fmt: skip
+    assert sorted(r.ID for r in _read(spark, orders).collect()) == [1, 2, 3, 4]
+    running.close()
