@@ -9,7 +9,12 @@ when such a column is added later. Only then: mapping renames every column of ev
 
 Created from the value schema on first sight with column comments, NOT NULL where the schema
 says so, Change Data Feed, type widening, deletion vectors, and the governance metadata as
-``flow.*`` table properties. Later schemas may add nullable columns and widen types (Delta type
+``flow.*`` table properties. Delta collects file statistics (data skipping) for the payload
+columns — the first 32 of a type that has them, as Delta's default does for the first 32
+columns — and ``__change_time``, not for the other technical columns
+(``delta.dataSkippingStatsColumns``, :func:`stats_columns`; a column added later is added
+to it): their statistics cost 0.3-0.4 s of a 5 s write of a million rows and skip nothing
+anyone filters on. Later schemas may add nullable columns and widen types (Delta type
 widening); anything else raises :class:`SchemaEvolutionError` for that table only.
 """
 
@@ -52,6 +57,10 @@ GOVERNANCE_PROPERTIES: dict[str, str] = {
     "dataClassification": "flow.data_classification",
 }
 PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
+STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
+MAX_STATS_COLUMNS = 32  # payload columns with statistics: as many as Delta's default columns
+_STATS_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double", "date",
+                          "timestamp", "timestamp_ntz", "string"})  # and decimals  # fmt: skip
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 COLUMN_MAPPING = {COLUMN_MAPPING_MODE: "name"}  # for names Parquet cannot hold
 _UNFIT_FOR_PARQUET = frozenset(" ,;{}()\n\t=")  # Delta refuses these without column mapping
@@ -118,9 +127,28 @@ def schema_fields(schema: ValueSchema) -> list[AvroField]:
     return [*schema.fields.values(), *TECHNICAL_FIELDS]
 
 
+def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
+    """The value of ``delta.dataSkippingStatsColumns`` for a table of ``columns``.
+
+    ``columns``: (name, Spark type as ``simpleString``) in the table's order. The first
+    :data:`MAX_STATS_COLUMNS` payload columns of a type Delta keeps statistics for (numbers,
+    dates, timestamps, strings), then ``__change_time``.
+    """
+    technical = {f.name for f in TECHNICAL_FIELDS}
+    eligible = [name for name, kind in columns if name not in technical
+                and (kind in _STATS_TYPES or kind.startswith("decimal"))]  # fmt: skip
+    return ",".join(_q(name) for name in [*eligible[:MAX_STATS_COLUMNS], "__change_time"])
+
+
 def table_properties(schema: ValueSchema) -> dict[str, str]:
     """Table properties of a new table: the fixed features plus governance metadata."""
+    from pyspark.sql.types import _parse_datatype_string
+
     props = dict(BASE_PROPERTIES)
+    props[STATS_COLUMNS_PROPERTY] = stats_columns(
+        (f.name, _parse_datatype_string(f.type.to_spark()).simpleString())
+        for f in schema_fields(schema)
+    )  # fmt: skip
     if needs_column_mapping(f.name for f in schema_fields(schema)):
         props.update(COLUMN_MAPPING)
     raw = schema.to_avro_json()
@@ -308,16 +336,22 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
         props = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({props})")
         log.info("column mapping turned on table=%s columns=%s", ref.qualified, added)
+    columns = [(f.name, f.dataType.simpleString()) for f in current.fields]
     for item in schema_fields(schema):
         old = by_name.get(item.name.casefold())
         new_type = _parse_datatype_string(item.type.to_spark())
         if old is None:
             _add_column(spark, target, item, ref)
+            columns.append((item.name, new_type.simpleString()))
         else:
             _change_column(spark, target, old.name, old.dataType, new_type, ref)
             if not old.nullable and item.nullable:
                 spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(old.name)} DROP NOT NULL")
                 log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
+    stats = stats_columns(columns)
+    if added and properties.get(STATS_COLUMNS_PROPERTY, stats) != stats:  # a table of ours
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES "
+                  f"('{STATS_COLUMNS_PROPERTY}' = '{_sql_str(stats)}')")  # fmt: skip
 
 
 def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from lakehouse_writer.apply import conform
@@ -49,6 +52,8 @@ def test_table_is_created_with_original_names_comments_and_properties(spark, tmp
     assert props["delta.enableChangeDataFeed"] == "true"
     assert "delta.columnMapping.mode" not in props  # $ and umlauts need no column mapping
     assert detail["description"] == "sales"
+    # statistics (data skipping) for the payload and the change time, not the other technical
+    assert props["delta.dataSkippingStatsColumns"] == "`ID`,`REVENUE$`,`Größe`,`__change_time`"
 
 
 def test_a_name_parquet_cannot_hold_turns_on_column_mapping(spark, tmp_path):
@@ -71,6 +76,13 @@ def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     conform(given, info).write.format("delta").mode("append").save(info.path)
     row = spark.read.format("delta").load(info.path).collect()[0]
     assert (row["ID"], row["NEW COL"]) == (1, "x")
+    props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
+    assert props["delta.dataSkippingStatsColumns"] == \
+        "`ID`,`REVENUE$`,`Größe`,`NEW COL`,`__change_time`"  # fmt: skip
+    stats = json.loads(_added_files(info.path)[-1]["stats"])
+    minimum = stats["minValues"]  # REVENUE$ and Größe are null; NEW COL by its physical name
+    assert len(minimum) == 3 and minimum["ID"] == 1 and "__change_time" in minimum
+    assert "__source_system" not in stats["nullCount"]
     assert info.columns["REVENUE$"].simpleString() == "bigint"
     narrower = tables.ensure(_schema(AvroInt(), extra=True))  # old writers keep working
     assert narrower.columns["REVENUE$"].simpleString() == "bigint"
@@ -103,3 +115,23 @@ def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is
     assert not later.create_missing(_schema(AvroLong(), extra=True))  # no evolution either
     assert "NEW COL" not in later.ensure(_schema(AvroShort())).columns
     assert not later.ensure(_schema(AvroShort())).created
+
+
+def _added_files(path: str) -> list[dict]:
+    """The ``add`` actions of the table's log, oldest first."""
+    log = sorted((Path(path) / "_delta_log").glob("*.json"))
+    lines = [json.loads(line) for f in log for line in f.read_text().splitlines()]
+    return [a["add"] for a in lines if "add" in a]
+
+
+def test_stats_columns_are_the_first_32_payload_columns_delta_can_skip_on_and_the_time():
+    from lakehouse_writer.tables import stats_columns
+
+    columns = [("flag", "boolean"), ("blob", "binary"), ("tags", "map<string,string>")]
+    columns += [(f"c{i}", "decimal(10,2)" if i % 2 else "string") for i in range(40)]
+    columns += [("__change_type", "string"), ("__change_time", "timestamp")]
+    assert stats_columns(columns) == ",".join(
+        [*(f"`c{i}`" for i in range(32)), "`__change_time`"]
+    )  # fmt: skip
+    assert stats_columns([("a`b", "int"), ("__source_system", "string")]) == \
+        "`a``b`,`__change_time`"  # fmt: skip
