@@ -241,11 +241,12 @@ class BatchProcessor:
         A MERGE or DELETE reads its table's state first — its files and transaction ids,
         which Spark jobs rebuild from the log after every commit: about 1 s of a 10-row
         MERGE's 2.5 s on two cores (:func:`~lakehouse_writer.tables.compute_state`). A
-        running writer is idle until its next trigger; it builds them then, on another
-        thread, for the tables it will likely merge into again, and the next MERGE finds
-        them built (the same snapshot: no one else writes them). Once the next batch
-        starts, the tables not yet begun are left to it. A failure is only logged: the
-        MERGE builds the state itself.
+        running writer is mostly idle until its next trigger; from the moment the batch's
+        tables are applied (while it writes the system tables and its state, and after),
+        another thread builds them for the tables it will likely merge into again, and the
+        next MERGE finds them built (the same snapshot: no one else writes them). Once the
+        next batch starts, the tables not yet begun are left to it. A failure is only
+        logged: the MERGE builds the state itself.
         """
         if self._warm is None or not self._merged:
             return

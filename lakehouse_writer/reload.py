@@ -233,7 +233,8 @@ def speculate(
             others = {k: v for k, v in ranges.items() if k[0] != topic and v[1] > v[0]}
             rest = range_read(spark, options, others, batch) if others else None
             paths = pending.file_paths()
-            physical = [pending.physical_names().get(k, k) for k in info.keys]
+            names = pending.physical_names()
+            physical = [names.get(k, k) for k in info.keys]
             rows = sum(summary.counts.values())
     except BaseException:
         pending.discard()

@@ -13,8 +13,8 @@ says so, Change Data Feed, type widening, deletion vectors, and the governance m
 columns — the first 32 of a type that has them, as Delta's default does for the first 32
 columns — and ``__change_time``, not for the other technical columns
 (``delta.dataSkippingStatsColumns``, :func:`stats_columns`; a column added later is added
-to it): their statistics cost 0.3-0.4 s of a 5 s write of a million rows and skip nothing
-anyone filters on. Later schemas may add nullable columns and widen types (Delta type
+to it): their statistics cost 0.3-0.4 s of a 5 s write of a million rows, for columns
+queries rarely filter on. Later schemas may add nullable columns and widen types (Delta type
 widening); anything else raises :class:`SchemaEvolutionError` for that table only.
 """
 
