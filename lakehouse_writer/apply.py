@@ -22,7 +22,7 @@ them in from the batch) and it applies them, idempotently per ``batch_id``:
    restricted to the batch's range of the first key column, so Delta skips the files
    outside it. Fast path: when an unscoped TRUNCATE left the table empty and every row is an
    upsert, the rows are appended instead (no join; no sort either when no key repeats,
-   which a second job checks while the files are written: ``txn.append``'s ``check``).
+   which a job checks first: ``txn.append``'s ``check``).
 5. GDPR (``G``) rows: after the MERGE the table's deletion vectors are purged
    (``REORG ... APPLY (PURGE)``) so no current data file still holds a deleted row.
 
@@ -381,7 +381,7 @@ def _merge_or_append(
     reload = only_upserts and any(t.unscoped for t in truncates)
     if reload and (known_empty or _is_empty(rows.sparkSession, table)):
         # A reload rarely repeats a key: its rows are appended as they are, on condition
-        # that no key repeats (checked while they are written); else the last per key.
+        # that no key repeats (checked first); else the last per key.
         if not _append(rows, table, app_id, batch_id, lambda: unique_keys(rows, table.keys)):
             _append(latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True

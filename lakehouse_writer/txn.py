@@ -28,7 +28,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,10 +104,11 @@ def append(
     internal classes differ from delta-spark 4.4's — Delta's own append does it, with the
     ``txnAppId``/``txnVersion`` options.
 
-    ``check``, when given, is a condition of the append: the commit happens only when it
-    returns True. Through Delta's transaction it runs while the files are written (another
-    Spark job at the same time: the two fill each other's idle cores), and the files are
-    deleted again when it returns False; otherwise it runs first.
+    ``check``, when given, is a condition of the append: nothing is written unless it
+    returns True. It runs before the files are written, not beside them: it reads the same
+    rows, and Spark 4.0 cannot plan two queries over one ``from_avro`` at once (the
+    expression's options map is built through a builder the copies share; a race failed a
+    batch with ``DUPLICATED_MAP_KEY``).
 
     Returns:
         False when ``check`` returned False (nothing appended), else True.
@@ -142,18 +142,9 @@ def append_in_transaction(
         return None
     if pending.replayed:
         return True
-    if check is None:
-        pending.write(df)
-    else:
-        from pyspark import inheritable_thread_target
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="append-check") as pool:
-            inherit = inheritable_thread_target(df.sparkSession)  # the stream's job properties
-            passed = pool.submit(inherit(check))
-            pending.write(df)
-            if not passed.result():
-                pending.discard()
-                return False
+    if check is not None and not check():
+        return False
+    pending.write(df)
     pending.commit()
     return True
 
