@@ -84,16 +84,16 @@ def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
 
 
 def range_read(
-    spark: SparkSession, options: Mapping[str, str], ranges: OffsetRanges, batch: DataFrame,
+    spark: SparkSession, options: Mapping[str, str], ranges: OffsetRanges,
     min_partitions: int | None = None,
-) -> DataFrame:
-    """A Kafka batch read of exactly ``ranges``; none: an empty frame of ``batch``'s columns.
+) -> DataFrame | None:
+    """A Kafka batch read of exactly ``ranges``; None when they hold no offsets.
 
     ``min_partitions``: split the ranges into at least this many Spark tasks.
     """
     wanted = {k: v for k, v in ranges.items() if v[1] > v[0]}
     if not wanted:
-        return spark.createDataFrame([], batch.schema)
+        return None
     assign: dict[str, list[int]] = {}
     for topic, partition in sorted(wanted):
         assign.setdefault(topic, []).append(partition)
@@ -189,7 +189,7 @@ def speculate(
     """Write the topic's rows of the batch as a reload of ``info``'s empty table (see above).
 
     Args:
-        batch: The ``foreachBatch`` frame (for its session and columns; not read).
+        batch: The ``foreachBatch`` frame (for its session; not read).
         options: The Kafka source's options (connection, isolation level).
         ranges: The batch's offset ranges.
         expected: The topic's only writer schema.
@@ -212,7 +212,8 @@ def speculate(
     # Smaller tasks, three per core: three whole Kafka partitions on two cores took two
     # rounds, the second on one core. (Spark splits a range only into whole shares of
     # ``minPartitions``: 4 left three partitions as they were.)
-    source = range_read(spark, options, mine, batch, 3 * spark.sparkContext.defaultParallelism)
+    source = range_read(spark, options, mine, 3 * spark.sparkContext.defaultParallelism)
+    assert source is not None, mine  # the topic spans reload_one_pass_min_rows offsets
     decode = from_avro(body_column(len(expected.header)), expected.entry.schema_json,
                        {"mode": "PERMISSIVE"})  # fmt: skip
     header = F.substring("value", 1, len(expected.header)) == F.lit(expected.header)
@@ -230,8 +231,7 @@ def speculate(
         summary, undecoded, offsets = _observed(observation.get, topic)
         reason = refusal(summary, undecoded, applied)
         if reason is None:
-            others = {k: v for k, v in ranges.items() if k[0] != topic and v[1] > v[0]}
-            rest = range_read(spark, options, others, batch) if others else None
+            rest = range_read(spark, options, {k: v for k, v in ranges.items() if k[0] != topic})
             paths = pending.file_paths()
             names = pending.physical_names()
             physical = [names.get(k, k) for k in info.keys]
