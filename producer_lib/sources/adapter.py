@@ -5,18 +5,40 @@ A reader implements two steps; the base class does the rest of :meth:`SourceAdap
     describe  (_describe)   columns and types of the SQL projection -> ValueSchema
     augment   (_augment)    primary/foreign keys and comments from the data dictionary
     prepare   prepare_load  create the DuckDB table from the schema's Arrow types
-    copy      (_copy)       pages of rows -> insert_page (safe from concurrent tasks)
+    copy      (_copy)       pages of rows -> insert_page (safe from tasks and threads)
     check     check_primary_key  duplicate or null keys fail the load, before producing
+
+A reader may instead override ``load`` itself, as the flow authors' documentation shows::
+
+    async def load(self, duckdb_table_name, table_schema, *args, **kwargs):
+        pa_schema = self.prepare_load(duckdb_table_name, table_schema)  # records table_schema
+        await asyncio.gather(*(self.load_page(p, duckdb_table_name, pa_schema) for p in pages))
+
+    async def load_page(self, page, duckdb_table_name, pa_schema):
+        self.insert_page(duckdb_table_name, pa.Table.from_pylist(rows, schema=pa_schema))
+
+``prepare_load`` and ``insert_page`` are plain methods: the work is done when they return,
+from the event loop, from gathered tasks or from threads alike. They hold a lock around the
+DuckDB connection, so one call runs at a time; called on the event loop they block it while
+DuckDB creates the table or appends the page (milliseconds for pages of thousands of rows),
+which costs less than a hop to a worker thread per page. Code written when both were
+coroutines keeps working: ``await reader.insert_page(...)`` awaits the row count it returns
+(an ``int`` that is also awaitable), and ``await reader.prepare_load(...)`` gets the schema
+(see :meth:`SourceAdapter.prepare_load` for how).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dis
+import functools
 import logging
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from types import CodeType, TracebackType
+from typing import Any, Self, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -27,6 +49,7 @@ from producer_lib.sources.progress import Progress
 from producer_lib.staging import append_arrow, check_primary_key, create_table, default_connection
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,63 @@ def rows_to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+class PageRows(int):
+    """The rows :meth:`SourceAdapter.insert_page` appended: an ``int`` that ``await`` accepts.
+
+    ``insert_page`` used to be a coroutine; awaiting its result gives the same count.
+    """
+
+    def __await__(self) -> Generator[Any, None, int]:
+        return _ready(int(self)).__await__()
+
+
+async def _ready(value: _T) -> _T:
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _awaits_after(code: CodeType, last_instruction: int) -> bool:
+    """True when the instruction after ``last_instruction`` of ``code`` awaits its result."""
+    for instruction in dis.get_instructions(code):
+        if instruction.offset > last_instruction:
+            return instruction.opname == "GET_AWAITABLE"
+    return False
+
+
+def _caller_awaits() -> bool:
+    """True when the caller of the method calling this awaits the method's result."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # pragma: no cover - no such frame
+        return False
+    return _awaits_after(frame.f_code, frame.f_lasti)
+
+
+def _marks_open(enter: Callable[..., Awaitable[Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """Wrap a subclass's ``__aenter__`` so that :attr:`SourceAdapter.is_open` follows it."""
+
+    @functools.wraps(enter)
+    async def aenter(self: SourceAdapter, *args: Any, **kwargs: Any) -> Any:
+        result = await enter(self, *args, **kwargs)
+        self._open = True
+        return result
+
+    return aenter
+
+
+def _marks_closed(leave: Callable[..., Awaitable[Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """Wrap a subclass's ``__aexit__`` so that :attr:`SourceAdapter.is_open` follows it."""
+
+    @functools.wraps(leave)
+    async def aexit(self: SourceAdapter, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await leave(self, *args, **kwargs)
+        finally:
+            self._open = False
+
+    return aexit
+
+
 class SourceAdapter:
     """Base of every reader: loads a source into a DuckDB table and describes it.
 
@@ -73,11 +153,13 @@ class SourceAdapter:
         logger: Where progress and best-effort failures are logged; default: this module's.
         connection: The DuckDB database to stage in; default: DuckDB's process-wide default
             connection, the one ``duckdb.sql(...)`` and the producer use. Staging tables
-            are created in its current database and schema. The adapter uses it from worker
-            threads, one call at a time (an asyncio lock): do not use it from another thread
-            while a load runs.
+            are created in its current database and schema. The adapter uses it one call at
+            a time (a lock shared by the event loop and threads): do not use it from another
+            thread while a load runs.
 
-    Use as ``async with Reader(logger) as reader: await reader.load(...)``.
+    Use as ``async with Reader(logger) as reader: await reader.load(...)``. A subclass may
+    override ``__aenter__``/``__aexit__`` without calling ``super()``: :attr:`is_open`
+    still follows them, so a runner given an open reader does not open it again.
 
     Attributes:
         sql_dialect: sqlglot dialect of the SQL the reader takes (lineage is derived from
@@ -93,8 +175,9 @@ class SourceAdapter:
     ) -> None:  # fmt: skip
         self.logger = logger or _log
         self.connection = connection if connection is not None else default_connection()
-        self._lock = asyncio.Lock()
+        self._lock = threading.RLock()  # one DuckDB call at a time, from loop or thread
         self._table_schema: ValueSchema | None = None
+        self._augmented: ValueSchema | None = None
         self._schema_name: tuple[str, str] | None = None
         self._progress: dict[str, Progress] = {}
         self.source_system: str | None = None
@@ -102,9 +185,17 @@ class SourceAdapter:
         self.loads: dict[str, LoadRecord] = {}
         self._open = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Let :attr:`is_open` follow a subclass's own ``__aenter__``/``__aexit__``."""
+        super().__init_subclass__(**kwargs)
+        if "__aenter__" in cls.__dict__:
+            cls.__aenter__ = _marks_open(cls.__dict__["__aenter__"])  # type: ignore[method-assign]
+        if "__aexit__" in cls.__dict__:
+            cls.__aexit__ = _marks_closed(cls.__dict__["__aexit__"])  # type: ignore[method-assign]
+
     @property
     def is_open(self) -> bool:
-        """True inside ``async with`` (between :meth:`open` and :meth:`close`)."""
+        """True inside ``async with`` (between ``__aenter__`` and ``__aexit__``)."""
         return self._open
 
     async def __aenter__(self) -> Self:
@@ -129,7 +220,7 @@ class SourceAdapter:
 
     @property
     def table_schema(self) -> ValueSchema:
-        """The value schema the last :meth:`load` produced.
+        """The value schema of the last load (set by :meth:`load` and :meth:`prepare_load`).
 
         Raises:
             SourceError: Nothing was loaded yet.
@@ -145,40 +236,73 @@ class SourceAdapter:
     async def augment_schema(self) -> None:
         """Add keys and comments from the source's data dictionary, best effort.
 
-        A failure is logged as a warning, never raised: the load goes on without them.
+        Once per schema: :meth:`load` already augments, so calling this after it (as the
+        documentation's sequence does) changes nothing. A failure is logged as a warning,
+        never raised: the load goes on without them.
         """
         schema, sql = self.table_schema, self.last_sql or ""
+        if self._augmented is schema:
+            return
         try:
             await self._augment(schema, sql)
         except Exception as exc:  # best effort by contract: log, never fail the load
             self.logger.warning("schema not augmented table=%s error=%s", schema.name, exc)
+            return
+        self._augmented = schema
 
     # -- staging --------------------------------------------------------------------------
 
-    async def prepare_load(self, duckdb_table: str, table_schema: ValueSchema) -> pa.Schema:
-        """Create (or replace) the DuckDB table for ``table_schema``; return its Arrow schema."""
-        arrow_schema = table_schema.get_pyarrow(technical=False)
-        async with self._lock:
-            conn = self.connection
-            result = await asyncio.to_thread(create_table, conn, duckdb_table, arrow_schema)
-        self._progress[duckdb_table] = Progress(self.logger, duckdb_table)
-        return result
+    def prepare_load(self, duckdb_table: str, table_schema: ValueSchema) -> pa.Schema:
+        """Create (or replace) the DuckDB table for ``table_schema``; return its Arrow schema.
 
-    async def insert_page(self, duckdb_table: str, arrow_table: pa.Table) -> int:
+        ``table_schema`` becomes :attr:`table_schema`, so a reader that overrides
+        :meth:`load` needs nothing else. A plain method: the table exists when it returns.
+
+        The result is a real :class:`pyarrow.Schema` (pyarrow's functions need one, and that
+        type can be neither extended nor made awaitable). For code written when this was a
+        coroutine, a call whose result is awaited right away (``await
+        reader.prepare_load(...)``, found from the caller's next bytecode instruction)
+        returns the schema inside a finished awaitable instead.
+        """
+        arrow_schema = table_schema.get_pyarrow(technical=False)
+        with self._lock:
+            result = create_table(self.connection, duckdb_table, arrow_schema)
+            self._progress[duckdb_table] = Progress(self.logger, duckdb_table)
+            self._table_schema = table_schema
+        return _ready(result) if _caller_awaits() else result  # type: ignore[return-value]
+
+    def insert_page(self, duckdb_table: str, arrow_table: pa.Table) -> PageRows:
         """Append a page to ``duckdb_table`` (columns by name); return the rows appended.
 
-        Safe to call from many concurrent tasks: appends are serialised by an asyncio lock
-        and run in a worker thread, so the event loop keeps fetching meanwhile.
+        A plain method, safe from concurrent tasks and threads: the page is in the table
+        when it returns (appends take the connection's lock one at a time). The count is
+        also awaitable, so ``await reader.insert_page(...)`` works as it did.
+
+        Raises:
+            SourceError: A column is unknown or a value does not fit (names the table).
         """
-        async with self._lock:
-            rows = await asyncio.to_thread(append_arrow, self.connection, duckdb_table, arrow_table)
-        progress = self._progress.setdefault(duckdb_table, Progress(self.logger, duckdb_table))
-        progress.add(rows)
-        return rows
+        with self._lock:
+            rows = append_arrow(self.connection, duckdb_table, arrow_table)
+            progress = self._progress.setdefault(duckdb_table, Progress(self.logger, duckdb_table))
+            progress.add(rows)
+        return PageRows(rows)
+
+    async def run_locked(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run ``function(*args)`` in a worker thread holding the connection's lock.
+
+        For long DuckDB work (an ``INSERT ... SELECT``) that should not block the event loop.
+        """
+
+        def locked() -> _T:
+            with self._lock:
+                return function(*args)
+
+        return await asyncio.to_thread(locked)
 
     def check_primary_key(self, duckdb_table: str, schema: ValueSchema | None = None) -> None:
         """Fail on duplicate or null primary keys in ``duckdb_table`` (see staging)."""
-        check_primary_key(duckdb_table, schema or self.table_schema, self.connection)
+        with self._lock:
+            check_primary_key(duckdb_table, schema or self.table_schema, self.connection)
 
     # -- the load -------------------------------------------------------------------------
 
@@ -209,7 +333,7 @@ class SourceAdapter:
         if source_system:
             schema.properties["sourceSystem"] = source_system
         await self.augment_schema()
-        arrow_schema = await self.prepare_load(duckdb_table, schema)
+        arrow_schema = self.prepare_load(duckdb_table, schema)
         await self._copy(duckdb_table, sql, arrow_schema)
         self._progress[duckdb_table].done()
         self.check_primary_key(duckdb_table, schema)

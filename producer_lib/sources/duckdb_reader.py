@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import re
@@ -90,12 +89,11 @@ class DuckDBReader(SourceAdapter):
 
     async def _copy(self, duckdb_table: str, sql: str, arrow_schema: pa.Schema) -> None:
         query = f"INSERT INTO {quote_table(duckdb_table)} SELECT * FROM ({self._prepare_sql(sql)})"
-        async with self._lock:
-            try:
-                await asyncio.to_thread(self.connection.execute, query)
-            except duckdb.Error as exc:
-                raise SourceError(f"DuckDB load failed: {exc}", table=duckdb_table,
-                                  sql=sql) from exc  # fmt: skip
+        try:
+            await self.run_locked(self.connection.execute, query)
+        except duckdb.Error as exc:
+            raise SourceError(f"DuckDB load failed: {exc}", table=duckdb_table,
+                              sql=sql) from exc  # fmt: skip
         self._progress[duckdb_table].add(row_count(self.connection, duckdb_table))
 
     async def _augment(self, schema: ValueSchema, sql: str) -> None:
@@ -104,18 +102,15 @@ class DuckDBReader(SourceAdapter):
             return
         apply_dictionary(schema, _duckdb_dictionary(self.connection, source.schema, source.name))
 
-
     async def _lineage_schema(self, sql: str) -> dict[str, dict[str, str]]:
         """Columns of the DuckDB tables and views ``sql`` reads (``DESCRIBE``)."""
         schema: dict[str, dict[str, str]] = {}
-        async with self._lock:
-            for source in source_tables_of(sql, "duckdb"):
-                name = f"{source.schema}.{source.name}" if source.schema else source.name
-                rows = await asyncio.to_thread(
-                    lambda n=name: self.connection.execute(
-                        f"DESCRIBE {quote_table(n)}").fetchall()
-                )  # fmt: skip
-                schema[name] = {row[0]: str(row[1]) for row in rows}
+        for source in source_tables_of(sql, "duckdb"):
+            name = f"{source.schema}.{source.name}" if source.schema else source.name
+            rows = await self.run_locked(
+                lambda n=name: self.connection.execute(f"DESCRIBE {quote_table(n)}").fetchall()
+            )
+            schema[name] = {row[0]: str(row[1]) for row in rows}
         return schema
 
 

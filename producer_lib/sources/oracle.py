@@ -20,9 +20,11 @@ from typing import Any
 import duckdb
 import oracledb
 import pyarrow as pa
+from pydantic import SecretStr
 
-from producer_lib.errors import SourceError
+from producer_lib.errors import ConfigError, SourceError
 from producer_lib.schema import ValueSchema
+from producer_lib.settings import OracleConnectionSettings
 from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
 from producer_lib.sources.dictionary import SourceTable, apply_dictionary, source_table_of
 from producer_lib.sources.oracle_dictionary import (
@@ -58,31 +60,55 @@ def owner_and_table(source: SourceTable, current_schema: str) -> tuple[str, str]
 class OracleReader(SourceAdapter):
     """Loads Oracle query results into DuckDB (python-oracledb, thin mode).
 
+    Two ways to say where the database is::
+
+        OracleReader(OracleConnectionSettings("Labware-Source"), logger)   # from a secret
+        OracleReader(user, password, dsn, logger)
+
     Args:
-        user: Database user.
-        password: Its password (never logged).
+        user: Database user, or the :class:`~producer_lib.settings.OracleConnectionSettings`
+            holding user, password and DSN (then the second argument is the logger).
+        password: Its password (never logged); with settings: the logger.
         dsn: ``host:port/service_name`` or a TNS descriptor.
         logger: Where progress goes.
         connection: The DuckDB staging database; default: DuckDB's default connection.
         page_size: Rows per fetch and per DuckDB append.
+
+    Raises:
+        ConfigError: Neither form was given completely.
     """
 
     sql_dialect = "oracle"
 
     def __init__(
-        self, user: str, password: str, dsn: str, logger: logging.Logger | None = None, *,
+        self, user: str | OracleConnectionSettings, password: str | logging.Logger | None = None,
+        dsn: str | None = None, logger: logging.Logger | None = None, *,
         connection: duckdb.DuckDBPyConnection | None = None, page_size: int = 10_000,
     ) -> None:  # fmt: skip
+        if isinstance(user, OracleConnectionSettings):
+            if isinstance(password, logging.Logger):
+                logger, password = password, None
+            if password is not None or dsn is not None:
+                raise ConfigError("OracleReader(settings, logger): user, password and dsn "
+                                  "come from the settings", secret=user.secret_name)  # fmt: skip
+            user, secret, dsn = user.user, user.password, user.dsn
+        elif isinstance(password, str) and dsn:
+            secret = SecretStr(password)
+        else:
+            raise ConfigError("OracleReader needs OracleConnectionSettings or user, password "
+                              "and dsn")  # fmt: skip
         super().__init__(logger, connection=connection)
-        self._credentials = (user, password, dsn)
+        self._credentials = (user, secret, dsn)
         self.page_size = page_size
         self._ora: Any = None
 
     async def open(self) -> None:
         """Connect to Oracle."""
-        user, password, dsn = self._credentials
+        user, secret, dsn = self._credentials
         try:
-            self._ora = await oracledb.connect_async(user=user, password=password, dsn=dsn)
+            self._ora = await oracledb.connect_async(
+                user=user, password=secret.get_secret_value(), dsn=dsn
+            )
         except oracledb.Error as exc:
             raise SourceError(f"Cannot connect to Oracle: {exc}", dsn=dsn, user=user) from exc
         self._ora.outputtypehandler = _output_type_handler
@@ -113,7 +139,7 @@ class OracleReader(SourceAdapter):
                 cur.arraysize = self.page_size
                 await cur.execute(sql)
                 while rows := await cur.fetchmany(self.page_size):
-                    await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
+                    self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
         except oracledb.Error as exc:
             raise SourceError(f"Reading from Oracle failed: {exc}", table=duckdb_table,
                               sql=sql) from exc  # fmt: skip

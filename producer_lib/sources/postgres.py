@@ -172,7 +172,7 @@ class PostgresReader(SourceAdapter):
             async with self.pg.cursor(name="flow_load") as cur:
                 await cur.execute(sql)  # type: ignore[arg-type]
                 while rows := await cur.fetchmany(self.page_size):
-                    await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
+                    self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
         except psycopg.Error as exc:
             raise SourceError(f"Reading from PostgreSQL failed: {exc}", table=duckdb_table,
                               sql=sql) from exc  # fmt: skip
@@ -190,7 +190,6 @@ class PostgresReader(SourceAdapter):
         finally:
             await self.pg.rollback()
         apply_dictionary(schema, dictionary)
-
 
     async def _lineage_schema(self, sql: str) -> dict[str, dict[str, str]]:
         """Columns of the tables ``sql`` reads, from ``pg_attribute`` (for ``select *``)."""
