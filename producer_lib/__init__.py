@@ -21,8 +21,15 @@ The data path: :mod:`~producer_lib.sources` (read) → :mod:`~producer_lib.stagi
 :mod:`~producer_lib.schema` (Avro types, schemas, encoding) → :mod:`~producer_lib.kafka`
 (producer, transactions, schema catalog) → :mod:`~producer_lib.runner` (FunctionRunner, delta
 pointer, execution log, lineage, HTTP triggers).
+
+The names of the flow authors' documentation work as written there: ``Producer`` is
+:class:`KafkaProducer` (the type hint), ``get_environment()`` is KafkaProducer's environment,
+``OracleConnectionSettings("Labware-Source")`` reads an Oracle login from a secret and
+``azure_utils.read_secret(name)`` any secret (Azure Key Vault when ``AZURE_KEY_VAULT_URL`` is
+set, else the environment variable ``SECRET_<NAME>``).
 """
 
+from producer_lib import azure_utils
 from producer_lib.errors import (
     ConfigError,
     EncodeError,
@@ -66,7 +73,13 @@ from producer_lib.schema import (
     create_key_row,
     create_truncate_row,
 )
-from producer_lib.settings import KafkaSecretSettings, KafkaSettings, SchemaRegistrySettings
+from producer_lib.settings import (
+    KafkaSecretSettings,
+    KafkaSettings,
+    OracleConnectionSettings,
+    SchemaRegistrySettings,
+    get_environment,
+)
 from producer_lib.sources import (
     DuckDBReader,
     OracleReader,
@@ -74,6 +87,8 @@ from producer_lib.sources import (
     RestReader,
     SourceAdapter,
 )
+
+Producer = KafkaProducer  # the documentation's type hint: `producer: Producer`
 
 __all__ = [
     "AvroArray",
@@ -110,9 +125,11 @@ __all__ = [
     "KafkaSecretSettings",
     "KafkaSettings",
     "KeySchema",
+    "OracleConnectionSettings",
     "OracleReader",
     "PostgresReader",
     "ProduceError",
+    "Producer",
     "ProducerLibError",
     "RestReader",
     "RowType",
@@ -124,6 +141,8 @@ __all__ = [
     "SourceError",
     "Target",
     "ValueSchema",
+    "azure_utils",
     "create_key_row",
     "create_truncate_row",
+    "get_environment",
 ]

@@ -1,9 +1,12 @@
 """One contract for every way a run is triggered: Azure Functions HTTP, container, CLI.
 
 Parameters come from the query string or a JSON body (the body wins): ``load``
-(``initial`` | ``delta``, required), ``dataflow`` (default ``default``), ``partition``
-(default ``0``). The answer is the run's :class:`~producer_lib.runner.runner.RunResult` as
-JSON, with a status code that says what happened:
+(``initial`` | ``delta``; default ``delta``, so a route that passes none, like the
+documentation's ``@app.route(route="LABWARE/run")``, runs the delta load; the runner runs the
+initial load instead while no delta pointer exists yet), ``dataflow`` (default ``default``),
+``partition`` (default ``0``). The answer is the run's
+:class:`~producer_lib.runner.runner.RunResult` as JSON, with a status code that says what
+happened:
 
 =====  ======================================================================
 200    the run completed
@@ -40,7 +43,7 @@ _PARAMS = ("load", "dataflow", "partition")
 class RunRequest:
     """What to run."""
 
-    load: str
+    load: str = "delta"
     dataflow: str = "default"
     partition: str = "0"
 
@@ -50,8 +53,10 @@ def parse_run_request(
 ) -> RunRequest:
     """The run a request asks for, from its query string and optional JSON body.
 
+    Without ``load`` the request asks for the delta load.
+
     Raises:
-        ConfigError: ``load`` missing or a parameter of the wrong shape (HTTP 400).
+        ConfigError: A parameter of the wrong shape or an unknown one (HTTP 400).
     """
     if body is not None and not isinstance(body, Mapping):
         raise ConfigError("the JSON body must be an object", flow=flow)
@@ -60,8 +65,6 @@ def parse_run_request(
     unknown = sorted(set(body or {}) - set(_PARAMS))
     if unknown:
         raise ConfigError(f"unknown parameter(s) {unknown}; expected {list(_PARAMS)}", flow=flow)
-    if "load" not in merged:
-        raise ConfigError("parameter 'load' is required: initial or delta", flow=flow)
     values = {k: str(v) for k, v in merged.items() if v is not None and not isinstance(v, dict)}
     if len(values) != len(merged):
         raise ConfigError("parameters must be strings or numbers", flow=flow)
