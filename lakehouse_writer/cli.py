@@ -1,7 +1,9 @@
 """Command line: ``lakehouse-writer run --lakehouse PATH --checkpoint PATH [--once] ...``.
 
 SIGTERM or SIGINT stop the writer after the batch it is applying (exit code 0, status file
-state ``stopped``); a failed query exits with 1 (state ``failed``).
+state ``stopped``). A failed run exits with 1: the status file says ``failed`` with the root
+cause, the last line on stderr names it, and ``writer_error.log`` in the checkpoint holds
+the whole trace. Kafka is asked first whether it answers within ``--connect-timeout``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import signal
 import threading
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lakehouse_writer.settings import LakehouseSettings
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trigger-interval", type=float, help="seconds between micro-batches")
     run.add_argument("--max-offsets-per-trigger", type=int, help="bound of one micro-batch")
     run.add_argument("--bootstrap-servers", help="Kafka bootstrap (KAFKA_BOOTSTRAP_SERVERS)")
+    run.add_argument(
+        "--connect-timeout",
+        type=float,
+        help="seconds Kafka has to answer at start (LAKEHOUSE_CONNECT_TIMEOUT_S, 30)",
+    )
     run.add_argument("--master", default="local[2]", help="Spark master; 'env' to inherit")
     return parser
 
@@ -45,8 +55,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the lakehouse writer; returns the process exit code."""
-    from lakehouse_writer import job
-    from lakehouse_writer.session import build_spark_session
     from lakehouse_writer.settings import LakehouseSettings
 
     args = _parser().parse_args(argv)
@@ -61,10 +69,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    spark = build_spark_session(master=None if args.master == "env" else args.master)
+    return _run(args, settings, stop)
+
+
+def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.Event) -> int:
+    """Probe Kafka, start Spark, run; every failure ends in status ``failed`` and one line."""
+    from lakehouse_writer import job
+    from lakehouse_writer.errors import WriterFailed
+    from lakehouse_writer.failure import keep_traces_off_stderr, report_failure
+    from lakehouse_writer.probe import connect_timeout, probe_kafka
+    from lakehouse_writer.session import build_spark_session
+
     try:
-        job.run(spark, settings, once=args.once, stop=stop)
+        timeout = connect_timeout(args.connect_timeout)
+        probe_kafka(settings.kafka_client_conf(), timeout)  # before Spark's ~10 s start
+        spark = build_spark_session(master=None if args.master == "env" else args.master)
+        keep_traces_off_stderr(spark)
+        job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
+    except WriterFailed:
+        return 1  # recorded and logged by the run
     except Exception as exc:
-        log.error("writer failed error=%s", exc)
+        report_failure(settings, exc)
         return 1
     return 0

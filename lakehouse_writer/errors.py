@@ -2,8 +2,11 @@
 
 One tree: :class:`LakehouseWriterError` → :class:`DecodeError` (bytes that are no change row),
 :class:`ApplyError` (a row that cannot be applied to its table), :class:`SchemaEvolutionError`
-(a schema change the Delta table cannot take). An error keeps its context (``table=``,
-``topic=``, ``partition=``, ``offset=`` ...) as attributes and renders it into its message.
+(a schema change the Delta table cannot take), :class:`TopicPatternError` (a topics regex Java
+refuses), :class:`KafkaUnreachable` (no cluster within the connect timeout) and
+:class:`WriterFailed` (a run ended by an error; its message is the root cause). An error
+keeps its context (``table=``, ``topic=``, ``partition=``, ``offset=`` ...) as attributes
+and renders it into its message.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from producer_lib.errors import ContextError, Transient
 __all__ = [
     "ApplyError",
     "DecodeError",
+    "KafkaUnreachable",
     "LakehouseWriterError",
     "SchemaEvolutionError",
+    "TopicPatternError",
     "Transient",
+    "WriterFailed",
 ]
 
 
@@ -38,3 +44,18 @@ class ApplyError(LakehouseWriterError):
 
 class SchemaEvolutionError(LakehouseWriterError):
     """A table's new schema is incompatible with the Delta table; that table is stopped."""
+
+
+class TopicPatternError(LakehouseWriterError):
+    """The topics regex is not a valid Java regex (the engine Kafka subscribes with)."""
+
+
+class KafkaUnreachable(Transient, LakehouseWriterError):
+    """The Kafka cluster did not answer within the connect timeout; a later start may work."""
+
+
+class WriterFailed(LakehouseWriterError):
+    """A run of the writer failed; the message is the root cause (``Class: message``).
+
+    The status file says ``failed`` with the same cause by the time this is raised.
+    """

@@ -11,7 +11,10 @@ idempotent per batch id, so a replay after a crash is harmless; a batch the stat
 holds is skipped outright. While the scan job runs, a second thread creates what the batch
 will write to and is missing (:meth:`BatchProcessor._make_ahead`); a running writer builds,
 between batches, the Delta state of the tables it just merged into
-(:meth:`BatchProcessor._warm_up`).
+(:meth:`BatchProcessor._warm_up`). Before the query starts, the topics regex is compiled by
+the JVM (:mod:`lakehouse_writer.topics`) and the cluster asked once whether it answers
+(:mod:`lakehouse_writer.probe`); a failed run says why in its status file
+(:mod:`lakehouse_writer.failure`).
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
+from lakehouse_writer.probe import connect_timeout, probe_kafka
 from lakehouse_writer.read import DecodedBatch, decode_batch, with_raw_bytes
 from lakehouse_writer.reload import Speculation, offset_ranges, speculate
 from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
-from lakehouse_writer.status import BatchStats, lag_of, write_status
+from lakehouse_writer.status import BatchStats, lag_of, record_lag, write_status
 from lakehouse_writer.system_tables import (
     REJECTED,
     append_system,
@@ -50,6 +55,7 @@ from lakehouse_writer.tables import (
     no_data_files,
 )
 from lakehouse_writer.timing import Steps
+from lakehouse_writer.topics import TopicPattern
 from lakehouse_writer.truncate import TruncateLog
 from producer_lib.errors import SchemaError
 from producer_lib.schema.framing import single_object_header
@@ -93,11 +99,15 @@ class BatchProcessor:
         instance_id: The writer instance id of the checkpoint (Delta txnAppId).
         warm: Build the state of merged tables between batches (:meth:`_warm_up`); for a
             writer that waits for its next trigger, not one that drains and exits.
+        ours: The topics regex as the JVM compiled it; None compiles ``topics_regex``.
+
+    Attributes:
+        failure: Why the batch that failed failed (the query knows only a proxy's text).
     """
 
     def __init__(
         self, spark: SparkSession, settings: LakehouseSettings, instance_id: str,
-        warm: bool = False,
+        warm: bool = False, ours: TopicPattern | None = None,
     ) -> None:  # fmt: skip
         self._spark = spark
         self._settings = settings
@@ -108,7 +118,9 @@ class BatchProcessor:
                                       settings.schema_registry_url)  # fmt: skip
         self._store = StateStore(spark, f"{self._lake}/{STATE}", instance_id)
         self._state: WriterState | None = None
-        self._ours = topic_filter(settings.topics_regex)
+        self._ours = ours or TopicPattern(spark, settings.topics_regex)
+        self._secrets = secrets_of(settings)
+        self.failure: Failure | None = None
         self._persisted: list[DataFrame] = []
         self._merged: list[str] = []  # paths of the tables merged into by the running batch
         self._expected = ExpectedSchemas()
@@ -162,10 +174,15 @@ class BatchProcessor:
                 self.refused = True
                 raise WriterStopping("the writer is stopping; the batch is left for the next "
                                      "start", batch=batch_id)  # fmt: skip
-            if batch_id <= self.state.last_batch:
-                log.info("batch skipped batch=%d reason=already applied (in %s)", batch_id, STATE)
-                return
-            self._process(df, batch_id)
+            try:
+                if batch_id <= self.state.last_batch:
+                    log.info("batch skipped batch=%d reason=already applied (in %s)", batch_id,
+                             STATE)  # fmt: skip
+                    return
+                self._process(df, batch_id)
+            except Exception as exc:
+                self.failure = Failure.of(exc, self._secrets)
+                raise
 
     def _process(self, source: DataFrame, batch_id: int) -> None:
         from pyspark import inheritable_thread_target
@@ -231,8 +248,8 @@ class BatchProcessor:
         try:
             self._expect_from_catalog()
         except Exception as exc:  # noqa: BLE001 - the batch reads it again
-            log.warning("schema catalog not read at start-up error=%s: %s",
-                        type(exc).__name__, exc)  # fmt: skip
+            log.warning("schema catalog not read at start-up error=%s",
+                        root_cause(exc, self._secrets))  # fmt: skip
         self._make_ahead(self._expected.guess())
 
     def _warm_up(self) -> None:
@@ -333,8 +350,8 @@ class BatchProcessor:
             self._tables_ready.set()  # a batch may start; its state is written last
             self._store.create()
         except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
-            log.warning("creating tables ahead of the batch failed error=%s: %s",
-                        type(exc).__name__, exc)  # fmt: skip
+            log.warning("creating tables ahead of the batch failed error=%s",
+                        root_cause(exc, self._secrets))  # fmt: skip
         finally:
             self._tables_ready.set()
 
@@ -551,7 +568,7 @@ def _sole_schemas(expected: list[Expected], counts: dict[str, int]) -> set[bytes
 
 
 def topic_filter(regex: str) -> TopicFilter:
-    """Whether a topic is one the writer subscribes to (``regex`` must match all of it)."""
+    """Python's reading of ``regex`` (for tests without a JVM; the writer uses TopicPattern)."""
     try:
         pattern = re.compile(regex)
     except re.error:
@@ -559,24 +576,6 @@ def topic_filter(regex: str) -> TopicFilter:
                     regex)  # fmt: skip
         return lambda topic: True
     return lambda topic: pattern.fullmatch(topic) is not None
-
-
-def _record_lag(query: StreamingQuery, processor: BatchProcessor, checkpoint: str) -> None:
-    try:
-        _update_lag(query, processor, checkpoint)
-    except Exception as exc:  # progress reporting must never stop the writer
-        log.warning("lag not recorded error=%s: %s", type(exc).__name__, exc)
-
-
-def _update_lag(query: StreamingQuery, processor: BatchProcessor, checkpoint: str) -> None:
-    progress = query.lastProgress
-    if not progress or progress.get("batchId", -1) == processor.last.lag_batch_id:
-        return
-    processor.last.lag = lag_of(progress)
-    processor.last.lag_batch_id = int(progress["batchId"])
-    log.info("progress batch=%d lag=%s rows_per_s=%s", processor.last.lag_batch_id,
-             processor.last.lag, progress.get("processedRowsPerSecond"))  # fmt: skip
-    write_status(checkpoint, processor.last)
 
 
 def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> None:
@@ -594,15 +593,26 @@ def source_options(settings: LakehouseSettings) -> dict[str, str]:
 
 
 def start(
-    spark: SparkSession, settings: LakehouseSettings, once: bool
-) -> tuple[StreamingQuery, BatchProcessor]:
-    """Start the streaming query (``once``: drain what is there with availableNow)."""
+    spark: SparkSession, settings: LakehouseSettings, once: bool,
+    connect_timeout_s: float | None = None,
+) -> tuple[StreamingQuery, BatchProcessor]:  # fmt: skip
+    """Start the streaming query (``once``: drain what is there with availableNow).
+
+    First the topics regex is compiled by the JVM and Kafka asked once whether it answers
+    within ``connect_timeout_s`` (None: ``LAKEHOUSE_CONNECT_TIMEOUT_S``, else 30 s).
+
+    Raises:
+        TopicPatternError: Java refuses the topics regex.
+        KafkaUnreachable: Kafka did not answer in time.
+    """
+    ours = TopicPattern(spark, settings.topics_regex)
+    probe_kafka(settings.kafka_client_conf(), connect_timeout(connect_timeout_s))
     options: dict[str, Any] = source_options(settings)
     options["subscribePattern"] = settings.topics_regex
     if settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
     instance = txn.instance_id(settings.checkpoint_path)
-    processor = BatchProcessor(spark, settings, instance, warm=not once)
+    processor = BatchProcessor(spark, settings, instance, warm=not once, ours=ours)
     writer = (
         spark.readStream.format("kafka").options(**options).load()
         .writeStream.foreachBatch(processor)
@@ -616,34 +626,49 @@ def start(
     log.info("writer started topics=%s lakehouse=%s checkpoint=%s once=%s",
              settings.topics_regex, settings.lakehouse_path, settings.checkpoint_path,
              once)  # fmt: skip
-    return writer.start(), processor
+    try:
+        return writer.start(), processor
+    except BaseException:
+        processor.close()
+        raise
 
 
 def run(
     spark: SparkSession, settings: LakehouseSettings, once: bool,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, connect_timeout_s: float | None = None,
 ) -> None:  # fmt: skip
     """Run the writer until it drains (``once``), fails, or ``stop`` is set.
 
     On ``stop`` the running batch, if any, finishes; then the query stops. The status file
-    ends with state ``drained``, ``stopped`` or ``failed``.
+    ends with state ``drained``, ``stopped`` or ``failed`` (with the root cause).
 
     Raises:
-        pyspark.errors.StreamingQueryException: The query failed.
+        WriterFailed: The run failed (a bad topics regex, Kafka not answering within
+            ``connect_timeout_s``, a failed batch or query); the message is the root cause.
     """
-    query, processor = start(spark, settings, once)
-    stop = stop or threading.Event()
+    processor: BatchProcessor | None = None
+    try:
+        query, processor = start(spark, settings, once, connect_timeout_s)
+        _drive(query, processor, settings.checkpoint_path, stop or threading.Event())
+    except Exception as exc:
+        stats, known = (processor.last, processor.failure) if processor else (None, None)
+        raise report_failure(settings, exc, stats, known) from exc
+
+
+def _drive(
+    query: StreamingQuery, processor: BatchProcessor, checkpoint: str, stop: threading.Event
+) -> None:
+    """Wait for the query to end, recording lag; stop it between batches when asked."""
     while not query.awaitTermination(1):
-        _record_lag(query, processor, settings.checkpoint_path)
+        record_lag(query, processor.last, checkpoint)
         if stop.is_set():
             log.info("stop requested; stopping after the current batch")
             _stop_between_batches(query, processor)
             break
-    _record_lag(query, processor, settings.checkpoint_path)
+    record_lag(query, processor.last, checkpoint)
     exc = query.exception()
-    failed = exc is not None and not (stop.is_set() and processor.refused)
-    processor.last.state = "failed" if failed else "stopped" if stop.is_set() else "drained"
-    write_status(settings.checkpoint_path, processor.last)
+    if exc is not None and not (stop.is_set() and processor.refused):
+        raise exc
+    processor.last.state = "stopped" if stop.is_set() else "drained"
+    write_status(checkpoint, processor.last)
     log.info("writer %s last_batch=%d", processor.last.state, processor.last.batch_id)
-    if failed:
-        raise exc  # type: ignore[misc]

@@ -1,6 +1,7 @@
 """The status file ``writer_status.json`` in the checkpoint directory, and lag from progress.
 
-The file says what the writer is doing (``state``: running, stopped, drained, failed), what
+The file says what the writer is doing (``state``: running, stopped, drained, failed), why
+it failed (``error``: the root cause; ``error_trace``: the file with the whole trace), what
 its last batch did, how far behind the latest offsets it is, which commits still wait for
 rows and which tables are stopped. It is replaced atomically, so a reader never sees half.
 """
@@ -11,7 +12,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ class BatchStats:
     finished_at: str = ""
     pending_commits: int = 0
     stopped_tables: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    error_trace: str = ""
 
 
 def write_status(checkpoint: str, stats: BatchStats) -> None:
@@ -44,6 +50,7 @@ def write_status(checkpoint: str, stats: BatchStats) -> None:
         "last_batch_time": stats.finished_at, "rows_applied": stats.rows,
         "rows_rejected": stats.rejected, "lag": stats.lag, "lag_batch_id": stats.lag_batch_id,
         "pending_commits": stats.pending_commits, "stopped_tables": stats.stopped_tables,
+        "error": stats.error or None, "error_trace": stats.error_trace or None,
     }, indent=2))  # fmt: skip
     tmp.replace(directory / STATUS_FILE)
 
@@ -52,6 +59,20 @@ def read_status(checkpoint: str) -> dict[str, Any] | None:
     """The status file's content, or None before the writer first wrote it."""
     path = Path(checkpoint.removeprefix("file:")) / STATUS_FILE
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def record_lag(query: StreamingQuery, stats: BatchStats, checkpoint: str) -> None:
+    """Put the lag of the query's last progress into ``stats`` and the status file, once."""
+    try:
+        progress = query.lastProgress
+        if not progress or progress.get("batchId", -1) == stats.lag_batch_id:
+            return
+        stats.lag, stats.lag_batch_id = lag_of(progress), int(progress["batchId"])
+        log.info("progress batch=%d lag=%s rows_per_s=%s", stats.lag_batch_id, stats.lag,
+                 progress.get("processedRowsPerSecond"))  # fmt: skip
+        write_status(checkpoint, stats)
+    except Exception as exc:  # noqa: BLE001 - progress reporting must never stop the writer
+        log.warning("lag not recorded error=%s: %s", type(exc).__name__, exc)
 
 
 def lag_of(progress: dict[str, Any] | None) -> dict[str, int]:
