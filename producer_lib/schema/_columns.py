@@ -23,6 +23,7 @@ from producer_lib.schema._pieces import (
     Piece,
     varint_piece,
 )
+from producer_lib.schema._rules import float_overflow, not_ascii, not_utf8, too_long
 from producer_lib.schema._temporal import TEMPORAL_ENCODERS
 from producer_lib.schema._values import (
     Column,
@@ -82,7 +83,7 @@ def _encode_float(col: Column) -> list[Piece]:
             overflow &= col.valid
         if overflow.any():
             row = first_bad(overflow)
-            raise col.error(f"value {wide[row]!r} overflows Avro float (32-bit)", row)
+            raise col.error(float_overflow(float(wide[row])), row)
     return [MatrixPiece(np.ascontiguousarray(values).view(np.uint8).reshape(-1, 4))]
 
 
@@ -92,12 +93,43 @@ def _encode_double(col: Column) -> list[Piece]:
 
 
 def _text_array(col: Column) -> pa.Array:
+    """The column as Arrow text, checked to be valid UTF-8.
+
+    Arrow validates text it builds from Python strings or files, but an array built from raw
+    buffers may hold any bytes (a lone surrogate encoded as ED A0 80, say); fastavro would
+    refuse such a value, so the column path refuses it too, naming the row.
+    """
     typ = col.arr.type
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        return col.arr
-    if pa.types.is_string_view(typ):
-        return col.arr.cast(pa.large_string())
-    raise NotFast
+        arr = col.arr
+    elif pa.types.is_string_view(typ):
+        arr = col.arr.cast(pa.large_string())
+    else:
+        raise NotFast
+    if not _valid_text(arr):
+        row = _first_invalid(arr)
+        raise col.error(not_utf8(arr.cast(pa.large_binary())[row].as_py()), row)
+    return arr
+
+
+def _valid_text(arr: pa.Array) -> bool:
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _first_invalid(arr: pa.Array) -> int:
+    """The first row of ``arr`` that is not valid UTF-8 (bisecting: a few validations)."""
+    low, high = 0, len(arr)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _valid_text(arr.slice(low, middle - low)):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _length_prefixed(arr: pa.Array) -> list[Piece]:
@@ -132,27 +164,29 @@ def _encode_varchar(col: Column) -> list[Piece]:
     ascii_ok = pc.fill_null(pc.string_is_ascii(arr), True)
     if not pc.all(ascii_ok).as_py():
         row = first_bad(~ascii_ok.to_numpy(zero_copy_only=False))
-        raise col.error(f"VARCHAR value {arr[row].as_py()!r} is not ASCII", row)
-    limit = col.spec.get("length")
-    if limit is not None:
-        too_long = pc.fill_null(pc.greater(pc.binary_length(arr), limit), False)
-        if pc.any(too_long).as_py():
-            row = first_bad(too_long.to_numpy(zero_copy_only=False))
-            text = arr[row].as_py()
-            raise col.error(f"VARCHAR({limit}) value of length {len(text)}: {text!r}", row)
-    return _length_prefixed(arr)
+        raise col.error(not_ascii(col.spec.get("length"), arr[row].as_py()), row)
+    return _length_prefixed(_within_length(col, arr, pc.binary_length(arr)))
 
 
 def _encode_nvarchar(col: Column) -> list[Piece]:
     arr = _text_array(col)
+    return _length_prefixed(_within_length(col, arr, pc.utf8_length(arr)))
+
+
+def _within_length(col: Column, arr: pa.Array, lengths: pa.Array) -> pa.Array:
+    """Refuse text longer than the type's ``length``; truncate and count it when opted in."""
     limit = col.spec.get("length")
-    if limit is not None:
-        too_long = pc.fill_null(pc.greater(pc.utf8_length(arr), limit), False)
-        count = pc.sum(too_long).as_py() or 0
-        if count:
-            arr = pc.utf8_slice_codeunits(arr, 0, int(limit))
-            col.truncations[col.name] = col.truncations.get(col.name, 0) + count
-    return _length_prefixed(arr)
+    if not isinstance(limit, int):
+        return arr
+    too_long_rows = pc.fill_null(pc.greater(lengths, limit), False)
+    count = pc.sum(too_long_rows).as_py() or 0
+    if not count:
+        return arr
+    if not col.spec.get("truncate"):
+        row = first_bad(too_long_rows.to_numpy(zero_copy_only=False))
+        raise col.error(too_long(str(col.spec.get("logicalType")), limit, arr[row].as_py()), row)
+    col.truncations[col.source] = col.truncations.get(col.source, 0) + int(count)
+    return pc.utf8_slice_codeunits(arr, 0, limit)
 
 
 def _encode_uuid(col: Column) -> list[Piece]:

@@ -3,7 +3,9 @@
 A :class:`FieldPlan` is made once per schema field. For each batch it yields the field's
 byte pieces from a constant, from the nullable default of an absent column, from the
 fast column encoder, or from fastavro row by row (a one-field record schema that shares
-the parsed schema's named types, so fastavro writes exactly the field's bytes).
+the parsed schema's named types, so fastavro writes exactly the field's bytes). Values that
+go through fastavro (rows of the per-row path, constants) first pass the field's guard
+(``_rules``): the same rules the column encoders check, in the same words.
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ import pyarrow as pa
 from producer_lib.errors import EncodeError, SchemaError
 from producer_lib.schema._columns import Column, ColumnEncoder, NotFast, lookup
 from producer_lib.schema._pieces import ArrowPiece, ConstPiece, Piece, from_parts, with_union
+from producer_lib.schema._rules import (
+    TEXT_TYPES,
+    Guard,
+    Refused,
+    Tally,
+    build_guard,
+    not_unicode,
+    not_utf8,
+)
 
 _PRIMITIVES = frozenset({"boolean", "int", "long", "float", "double", "bytes", "string"})
 
@@ -36,6 +47,8 @@ class FieldPlan:
         spec: The (non-null) type as a dict with a primitive ``type``, else None.
         fast: The column encoder, or None to encode per row with fastavro.
         writer_schema: A parsed one-field record schema for fastavro.
+        guard: Checks (and, if opted in, truncates) a Python value before fastavro writes
+            it; None when the type has no rule to check.
     """
 
     name: str
@@ -45,6 +58,7 @@ class FieldPlan:
     spec: dict[str, Any] | None
     fast: ColumnEncoder | None
     writer_schema: dict[str, Any]
+    guard: Guard | None = None
 
     def encode(
         self,
@@ -59,7 +73,7 @@ class FieldPlan:
             arr: The batch column, or None when the batch has none.
             constants: Constant values by field name.
             rows: Rows in the batch.
-            truncations: NVARCHAR truncation counter, updated in place.
+            truncations: Truncated text values per column, updated in place.
 
         Raises:
             EncodeError: A value breaks the field's rules, or a required field is absent.
@@ -102,24 +116,25 @@ class FieldPlan:
             fastavro.schemaless_writer(out, self.writer_schema, {self.name: value})
         except Exception as exc:
             raise EncodeError(
-                f"cannot encode {value!r} for field {self.name!r}: {exc}", field=self.name
+                f"cannot encode {_shown_value(value)} for field {self.name!r}: {_why(exc)}",
+                field=self.name,
+                column=self.source,
             ) from exc
         return out.getvalue()
 
     def _constant(self, value: Any, rows: int, truncations: dict[str, int]) -> Any:
-        """Apply the VARCHAR/NVARCHAR rules to a constant string."""
-        spec = self.spec or {}
-        limit = spec.get("length")
-        if not isinstance(value, str) or limit is None:
+        """Apply the field's rules to a constant; a truncation counts once per row."""
+        if self.guard is None:
             return value
-        if spec.get("logicalType") == "NVARCHAR" and len(value) > limit:
-            truncations[self.name] = truncations.get(self.name, 0) + rows
-            return value[:limit]
-        if spec.get("logicalType") == "VARCHAR" and (not value.isascii() or len(value) > limit):
+        tally = Tally()
+        try:
+            value = self.guard(value, tally)
+        except Refused as exc:
             raise EncodeError(
-                f"constant {value!r} is not ASCII of at most {limit} characters (VARCHAR)",
-                field=self.name,
-            )
+                f"constant: {exc.message}", field=self.name, column=self.source
+            ) from None
+        if tally.truncated:
+            truncations[self.source] = truncations.get(self.source, 0) + tally.truncated * rows
         return value
 
     def _per_row(self, col: Column) -> Piece:
@@ -128,19 +143,51 @@ class FieldPlan:
         lengths: list[int] = []
         write, schema, name = fastavro.schemaless_writer, self.writer_schema, self.name
         start = 0
-        convert = _avro_value_converter(col.arr.type)
-        for row, value in enumerate(col.arr.to_pylist()):
+        convert, guard, tally = _avro_value_converter(col.arr.type), self.guard, Tally()
+        for row, value in enumerate(_python_values(col)):
             if convert is not None:
                 value = convert(value)
+            if guard is not None:
+                try:
+                    value = guard(value, tally)
+                except Refused as exc:
+                    raise col.error(exc.message, row) from None
             try:
                 write(out, schema, {name: value})
             except Exception as exc:
-                raise col.error(f"cannot encode {value!r}: {exc}", row) from exc
+                raise col.error(f"cannot encode {_shown_value(value)}: {_why(exc)}", row) from exc
             end = out.tell()
             lengths.append(end - start)
             start = end
+        if tally.truncated:
+            col.truncations[col.source] = col.truncations.get(col.source, 0) + tally.truncated
         data = np.frombuffer(out.getbuffer(), dtype=np.uint8).copy()
         return ArrowPiece(from_parts(data, np.array(lengths, dtype=np.int64)))
+
+
+def _python_values(col: Column) -> list[Any]:
+    """The column as Python values; text that is not UTF-8 is an error naming its row."""
+    try:
+        return col.arr.to_pylist()
+    except UnicodeDecodeError:
+        pass
+    for row in range(len(col.arr)):
+        try:
+            col.arr[row].as_py()
+        except UnicodeDecodeError as exc:
+            raise col.error(not_utf8(exc.object), row) from exc
+    raise col.error("text is not valid UTF-8")  # only the whole column fails: not seen
+
+
+def _why(exc: Exception) -> str:
+    """What fastavro's exception means; a lone surrogate is said in plain words."""
+    return not_unicode(exc) if isinstance(exc, UnicodeEncodeError) else str(exc)
+
+
+def _shown_value(value: Any) -> str:
+    """A value's repr, cut to a readable length (a value may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _avro_value_converter(arrow_type: pa.DataType) -> Any:
@@ -165,8 +212,13 @@ def _avro_value_converter(arrow_type: pa.DataType) -> Any:
     return None
 
 
-def plan_fields(schema: dict[str, Any]) -> list[FieldPlan]:
+def plan_fields(schema: dict[str, Any], truncate_text: bool = False) -> list[FieldPlan]:
     """Plan every field of a record schema.
+
+    Args:
+        schema: An Avro record schema as a JSON dict.
+        truncate_text: Truncate over-length VARCHAR/NVARCHAR text of every field (counted)
+            instead of refusing it; a type with ``"truncate": true`` truncates regardless.
 
     Raises:
         SchemaError: fastavro rejects the schema.
@@ -176,12 +228,12 @@ def plan_fields(schema: dict[str, Any]) -> list[FieldPlan]:
     except Exception as exc:
         raise SchemaError(f"invalid Avro schema: {exc}", schema=schema.get("name")) from exc
     return [
-        _plan(field, {**parsed, "fields": [parsed_field]})
+        _plan(field, {**parsed, "fields": [parsed_field]}, truncate_text)
         for field, parsed_field in zip(schema["fields"], parsed["fields"], strict=True)
     ]
 
 
-def _plan(field: dict[str, Any], writer_schema: dict[str, Any]) -> FieldPlan:
+def _plan(field: dict[str, Any], writer_schema: dict[str, Any], truncate_text: bool) -> FieldPlan:
     ftype = field["type"]
     nullable = ftype == "null" or (isinstance(ftype, list) and "null" in ftype)
     union = None
@@ -192,6 +244,8 @@ def _plan(field: dict[str, Any], writer_schema: dict[str, Any]) -> FieldPlan:
     elif isinstance(ftype, list):
         ftype = None
     spec = _primitive_spec(ftype)
+    if spec is not None and truncate_text and spec.get("logicalType") in TEXT_TYPES:
+        spec = {**spec, "truncate": True}
     return FieldPlan(
         name=field["name"],
         source=field.get("sourceName", field["name"]),
@@ -200,6 +254,7 @@ def _plan(field: dict[str, Any], writer_schema: dict[str, Any]) -> FieldPlan:
         spec=spec,
         fast=lookup(spec) if spec is not None else None,
         writer_schema=writer_schema,
+        guard=build_guard(field["type"], truncate_text),
     )
 
 

@@ -38,7 +38,7 @@ class Column:
         spec: The field's (non-null) Avro type as a dict with ``type``/``logicalType``.
         arr: The column, not chunked, not dictionary-encoded.
         valid: True for non-null rows; None when no row is null.
-        truncations: Counter of NVARCHAR truncations per field, updated in place.
+        truncations: Truncated text values per column (source name), updated in place.
     """
 
     name: str
@@ -65,7 +65,7 @@ class Column:
         """Build an EncodeError naming the field, the column and the row."""
         where = f" at row {row}" if row is not None else ""
         return EncodeError(
-            f"{message}: field {self.name!r} (column {self.source!r}){where}",
+            f"field {self.name!r} (column {self.source!r}){where}: {message}",
             field=self.name,
             column=self.source,
             row=row,

@@ -6,10 +6,11 @@ Quickstart::
     values = enc.encode(batch, constants={"__change_type": "R"})   # list[bytes], one per row
     buf, offsets = enc.encode_buffer(batch, header=confluent_header(42))
     row_i = buf[offsets[i] : offsets[i + 1]]       # zero-copy form: numpy uint8 + int64 offsets
-    enc.truncations                                # {"FIELD": n} NVARCHAR values cut to length
+    enc.truncations                                # {"COLUMN": n} text cut to length (opt-in)
+    enc.take_truncations()                         # the same, since the last take
 
 Each row's bytes equal ``fastavro.schemaless_writer(fo, schema, row)`` for the row dict
-that ``batch.to_pylist()`` gives (constants merged in, NVARCHAR values truncated).
+that ``batch.to_pylist()`` gives (constants merged in, opted-in text truncated).
 
 Fields and columns:
 
@@ -27,11 +28,21 @@ their base type, and each of these in a union with ``"null"`` (either order). An
 else (arrays, maps, records, enums, fixed, other unions, unusual Arrow input types)
 is encoded per row by fastavro and stitched in.
 
-Value rules, checked per column: a null in a non-nullable field, an ``int`` outside
-32 bits, a decimal beyond its precision (or with a finer Arrow scale than the schema's),
-a ``VARCHAR`` value that is not ASCII or longer than ``length`` raise EncodeError naming
-the field, the column and a row. ``NVARCHAR`` values longer than ``length`` characters
-are truncated and counted in :attr:`AvroEncoder.truncations`.
+Value rules, the same on the column path and the per-row path (and for constants): a null
+in a non-nullable field, an ``int`` outside 32 bits, a decimal beyond its precision (or with
+a finer Arrow scale than the schema's), a finite ``float`` beyond float32's range (it would
+become inf; nan and inf themselves pass), a ``VARCHAR`` value that is not ASCII, text that is
+not valid Unicode (a lone surrogate) and ``VARCHAR``/``NVARCHAR`` text longer than ``length``
+raise EncodeError naming the table (``table``: the schema's ``namespace.name``), the field,
+the column, the row (its index in the batch) and, when the schema lists ``primaryKeys``
+found in the batch, the row's key (``key``). No value is altered silently.
+
+Truncation is opt-in: a type with ``"truncate": true`` (``AvroNVarchar(n, truncate=True)``),
+a record with ``"truncateText": true`` (``ValueSchema.truncate_text = True``) or
+``AvroEncoder(schema, truncate_text=True)`` cuts longer text to ``length`` characters
+instead. Every cut value is counted per column (original column name) in
+:attr:`AvroEncoder.truncations` (since the encoder was made) and
+:meth:`AvroEncoder.take_truncations` (since the last take); a batch that fails counts nothing.
 
 Input conversions: naive timestamps are UTC (fastavro would use the local zone; they
 agree on a UTC machine); coarsening a time unit floors; integer and float columns feed
@@ -50,6 +61,8 @@ from producer_lib.errors import EncodeError, SchemaError
 from producer_lib.schema._fields import FieldPlan, plan_fields
 from producer_lib.schema._pieces import ConstPiece, Piece, assemble, to_numpy_parts
 
+_SHOWN_KEY = 100  # characters of a key value shown in an error
+
 __all__ = ["AvroEncoder"]
 
 
@@ -58,21 +71,48 @@ class AvroEncoder:
 
     Args:
         schema: An Avro record schema as a JSON dict (as ``json.loads`` gives).
+        truncate_text: Opt in to truncating over-length VARCHAR/NVARCHAR text of every
+            field (counted) instead of refusing it; the schema's own ``"truncateText": true``
+            does the same.
 
     Raises:
         SchemaError: The schema is not a valid Avro record schema.
     """
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any], truncate_text: bool = False) -> None:
         if not isinstance(schema, dict) or schema.get("type") != "record":
             raise SchemaError("AvroEncoder needs an Avro record schema (a dict)")
-        self._fields: list[FieldPlan] = plan_fields(schema)
+        truncate_text = truncate_text or schema.get("truncateText") is True
+        self._fields: list[FieldPlan] = plan_fields(schema, truncate_text)
+        self._table = _table_name(schema)
+        keys = schema.get("primaryKeys")
+        self._keys: tuple[str, ...] = tuple(keys) if isinstance(keys, list) else ()
         self._truncations: dict[str, int] = {}
+        self._taken: dict[str, int] = {}
 
     @property
     def truncations(self) -> dict[str, int]:
-        """NVARCHAR values truncated so far, per field name (accumulated over calls)."""
+        """Text values truncated since the encoder was made, per column (original name).
+
+        Only columns with at least one truncation appear; empty unless truncation was opted
+        in. Rows of a batch that raised are not counted.
+        """
         return dict(self._truncations)
+
+    def take_truncations(self) -> dict[str, int]:
+        """Text values truncated since the last call (or since the encoder was made).
+
+        Returns:
+            Counts per column (original name), only columns with a truncation; e.g. read
+            once per transaction for its commit record.
+        """
+        taken = {
+            column: count - self._taken.get(column, 0)
+            for column, count in self._truncations.items()
+            if count > self._taken.get(column, 0)
+        }
+        self._taken = dict(self._truncations)
+        return taken
 
     def encode(
         self,
@@ -129,11 +169,40 @@ class AvroEncoder:
         if unknown:
             raise EncodeError(f"constants for fields not in the schema: {sorted(unknown)}")
         pieces: list[Piece] = [ConstPiece(bytes(header))] if header else []
+        counts: dict[str, int] = {}
         for plan in self._fields:
-            pieces.extend(
-                plan.encode(columns.get(plan.source), constants, batch.num_rows, self._truncations)
-            )
-        return assemble(pieces, batch.num_rows)
+            try:
+                pieces.extend(
+                    plan.encode(columns.get(plan.source), constants, batch.num_rows, counts)
+                )
+            except EncodeError as exc:
+                raise self._located(exc, columns) from exc.__cause__
+        encoded = assemble(pieces, batch.num_rows)
+        for column, count in counts.items():
+            self._truncations[column] = self._truncations.get(column, 0) + count
+        return encoded
+
+    def _located(self, exc: EncodeError, columns: Mapping[str, pa.Array]) -> EncodeError:
+        """The error with the table and, for a row, the row's key added to its context."""
+        context = {"table": self._table, **exc.context}
+        row = exc.context.get("row")
+        if isinstance(row, int) and self._keys and all(k in columns for k in self._keys):
+            context["key"] = {k: _shown_key(columns[k][row].as_py()) for k in self._keys}
+        return EncodeError(exc.message, **context)
+
+
+def _table_name(schema: Mapping[str, Any]) -> str:
+    """``namespace.name`` of a record schema, with the original (source) names."""
+    name = str(schema.get("sourceName") or schema.get("name"))
+    namespace = schema.get("sourceNamespace") or schema.get("namespace")
+    return f"{namespace}.{name}" if namespace else name
+
+
+def _shown_key(value: Any) -> Any:
+    """A key value for an error message: long text cut to a readable length."""
+    if isinstance(value, str | bytes) and len(value) > _SHOWN_KEY:
+        return value[:_SHOWN_KEY] + ("..." if isinstance(value, str) else b"...")
+    return value
 
 
 def _columns_by_name(batch: pa.RecordBatch | pa.Table, wanted: set[str]) -> dict[str, pa.Array]:

@@ -8,9 +8,13 @@ pyiceberg's visitors)::
     >>> avro_type_from_json({"type": "int", "logicalType": "date"})
     AvroDate()
 
-Value rules the encoder enforces: ``AvroVarchar`` rejects non-ASCII and over-length text;
-``AvroNVarchar`` truncates over-length text (counted); decimals beyond their precision are an
-error; timestamps are UTC instants; ``AvroSTGeometry``/``AvroSTPoint`` carry WKT text.
+Value rules the encoder enforces: no value is altered without being asked. ``AvroVarchar``
+rejects non-ASCII text; ``AvroVarchar``/``AvroNVarchar`` reject text longer than ``length``
+unless built with ``truncate=True`` (or the table opts in with ``ValueSchema.truncate_text``):
+then longer text is cut to ``length`` characters and counted per column
+(``AvroEncoder.truncations``). ``AvroFloat`` rejects a finite value beyond float32's range
+(nan and inf stay as they are); decimals beyond their precision are an error; timestamps are
+UTC instants; ``AvroSTGeometry``/``AvroSTPoint`` carry WKT text.
 ``from_avro`` decodes BYTE/SHORT as INT and times as INT/BIGINT; ``to_spark()`` is the Delta type.
 """
 
@@ -164,21 +168,39 @@ class AvroDecimal(AvroType):
 
 @dataclass(frozen=True)
 class _TextWithLength(AvroType):
+    """Text of at most ``length`` characters.
+
+    Attributes:
+        length: Most characters a value may have.
+        truncate: Opt-in: cut longer text to ``length`` characters (each cut counted per
+            column) instead of refusing it. Written as ``"truncate": true`` into the Avro type.
+    """
+
     length: int
+    truncate: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.length, int) or self.length < 1:
             raise SchemaError("Text length must be a positive integer", length=self.length)
+        if not isinstance(self.truncate, bool):
+            raise SchemaError("truncate must be True or False", truncate=self.truncate)
 
 
 @dataclass(frozen=True)
 class AvroVarchar(_TextWithLength):
-    """ASCII text of at most ``length`` characters; longer or non-ASCII text is an error."""
+    """ASCII text of at most ``length`` characters.
+
+    Non-ASCII text is an error; longer text is an error unless ``truncate=True``.
+    """
 
 
 @dataclass(frozen=True)
 class AvroNVarchar(_TextWithLength):
-    """Unicode text of at most ``length`` characters; longer text is truncated (counted)."""
+    """Unicode text of at most ``length`` characters; longer text is an error.
+
+    ``AvroNVarchar(1024, truncate=True)`` cuts longer text to 1024 characters instead and
+    counts each cut (``AvroEncoder.truncations``).
+    """
 
 
 @dataclass(frozen=True)
@@ -313,13 +335,20 @@ def _record_avro(record: AvroRecord) -> dict[str, Any]:
     return result
 
 
+def _text_avro(logical_type: str, text: _TextWithLength) -> dict[str, Any]:
+    result: dict[str, Any] = {"type": "string", "logicalType": logical_type, "length": text.length}
+    if text.truncate:
+        result["truncate"] = True  # only when asked: the schema of other tables stays as it was
+    return result
+
+
 _TO_AVRO: dict[type[AvroType], Callable[[Any], AvroJson]] = {
     **{cls: _simple_avro for cls in _SIMPLE},
     AvroDecimal: lambda t: {
         "type": "bytes", "logicalType": "decimal", "precision": t.precision, "scale": t.scale
     },
-    AvroVarchar: lambda t: {"type": "string", "logicalType": "VARCHAR", "length": t.length},
-    AvroNVarchar: lambda t: {"type": "string", "logicalType": "NVARCHAR", "length": t.length},
+    AvroVarchar: lambda t: _text_avro("VARCHAR", t),
+    AvroNVarchar: lambda t: _text_avro("NVARCHAR", t),
     AvroArray: lambda t: {"type": "array", "items": _maybe_null(t.items, t.items_nullable)},
     AvroMap: lambda t: {"type": "map", "values": _maybe_null(t.values, t.values_nullable)},
     AvroRecord: _record_avro,
@@ -387,8 +416,10 @@ def _simple_key(spec: AvroJson) -> tuple[str, str | None]:
 _FROM_JSON: dict[tuple[str, str | None], Callable[[dict[str, Any]], AvroType]] = {
     **{_simple_key(spec): (lambda d, cls=cls: cls()) for cls, (spec, *_) in _SIMPLE.items()},
     ("bytes", "decimal"): lambda d: AvroDecimal(_int_prop(d, "precision"), d.get("scale", 0)),
-    ("string", "VARCHAR"): lambda d: AvroVarchar(_int_prop(d, "length")),
-    ("string", "NVARCHAR"): lambda d: AvroNVarchar(_int_prop(d, "length")),
+    ("string", "VARCHAR"): lambda d: AvroVarchar(_int_prop(d, "length"), d.get("truncate") is True),
+    ("string", "NVARCHAR"): lambda d: AvroNVarchar(
+        _int_prop(d, "length"), d.get("truncate") is True
+    ),
     ("array", None): lambda d: AvroArray(*_parse_maybe_null(d["items"])),
     ("map", None): lambda d: AvroMap(*_parse_maybe_null(d["values"])),
     ("record", None): lambda d: AvroRecord(

@@ -11,6 +11,8 @@ Record-level properties of the schema JSON (all optional except ``primaryKeys``)
     sourceName             original table name, when the Avro name had to be encoded
     sourceNamespace        original namespace, when it had to be encoded
     primaryKeys            ["ORIGINAL", "NAMES"] in key order ([] = append-only table)
+    truncateText           true: over-length VARCHAR/NVARCHAR text is truncated (counted),
+                           not refused (only present when set; also on the key schema)
     foreignKeys            [{"columns": [...], "refNamespace": ..., "refTable": ...,
                              "refColumns": [...]}]
     dataProductOwnerEmail  repoUrl  sourceSystemUri  ticketsUrl
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -62,7 +65,12 @@ TECHNICAL_FIELDS: tuple[AvroField, ...] = (
 
 TECHNICAL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in TECHNICAL_FIELDS)
 _RECORD_KEYS = {"type", "name", "namespace", "doc", "fields", "sourceName", "sourceNamespace"}
-_KNOWN_PROPS = _RECORD_KEYS | {"primaryKeys", "foreignKeys", *GOVERNANCE_PROPERTIES}
+_KNOWN_PROPS = _RECORD_KEYS | {
+    "primaryKeys",
+    "foreignKeys",
+    "truncateText",
+    *GOVERNANCE_PROPERTIES,
+}
 
 
 @dataclass(frozen=True)
@@ -103,22 +111,34 @@ def _record_header(name: str, namespace: str, doc: str | None) -> dict[str, Any]
 class ValueSchema(GovernanceMixin):
     """The value schema of one table: payload fields, keys, comments and governance metadata.
 
+    Text longer than its ``AvroVarchar``/``AvroNVarchar`` length is refused when encoded (an
+    EncodeError naming table, column, row and key). To cut it to length instead, opt in per
+    column with ``AvroNVarchar(n, truncate=True)`` or for the whole table with
+    ``truncate_text=True`` (the attribute of the same name, written to the schema as
+    ``"truncateText": true``); each cut value is then counted per column by the encoder
+    (``AvroEncoder.truncations``).
+
     Args:
         name: Table name as the source spells it.
         namespace: Namespace (schema, source system); dot-separated parts.
         doc: Table comment.
+        truncate_text: Truncate over-length text of every column instead of refusing it.
 
     Example:
         >>> schema = ValueSchema("SAMPLE_PLAN", "LABWARE")
         >>> schema.add_field("ID", AvroLong(), nullable=False)
-        >>> schema.add_primary_key("ID")
+        >>> schema.add_primary_key("ID")  # or: schema.pks = ["ID"]
         >>> schema.set_data_product_owner_email("owner@example.com")
     """
 
-    def __init__(self, name: str, namespace: str, doc: str | None = None) -> None:
+    def __init__(
+        self, name: str, namespace: str, doc: str | None = None, *, truncate_text: bool = False
+    ) -> None:
         self.name = name
         self.namespace = namespace
         self.doc = doc
+        self.truncate_text = truncate_text
+        """Truncate over-length VARCHAR/NVARCHAR text of every column (counted), not refuse."""
         _encode_namespace(namespace)  # fail early on empty parts
         encode_name(name)
         self._fields: dict[str, AvroField] = {}
@@ -201,8 +221,24 @@ class ValueSchema(GovernanceMixin):
 
     @property
     def pks(self) -> tuple[str, ...]:
-        """Primary key columns (original names) in key order; empty for append-only tables."""
+        """Primary key columns (original names) in key order; empty for append-only tables.
+
+        Settable: ``schema.pks = {"Name", "AttributeType"}`` replaces the primary key. A set
+        takes the schema's column order (a set has none); a list or tuple its own order.
+
+        Raises:
+            SchemaError: (on setting) A column does not exist, or is named twice.
+        """
         return tuple(self._pks)
+
+    @pks.setter
+    def pks(self, columns: Iterable[str]) -> None:
+        if isinstance(columns, str):
+            columns = (columns,)
+        elif isinstance(columns, AbstractSet):
+            self._check_columns(columns)
+            columns = [name for name in self._fields if name in columns]
+        self.set_primary_keys(*columns)
 
     def add_primary_key(self, *columns: str) -> None:
         """Append ``columns`` to the primary key, in order.
@@ -210,17 +246,35 @@ class ValueSchema(GovernanceMixin):
         Raises:
             SchemaError: A column does not exist or is already part of the key.
         """
-        for column in columns:
-            self.field(column)
-            if column in self._pks:
-                raise SchemaError("Column is already in the primary key", table=self.name,
-                                  column=column)  # fmt: skip
-            self._pks.append(column)
+        self._pks.extend(self._new_keys(columns, self._pks))
 
     def set_primary_keys(self, *columns: str) -> None:
-        """Replace the primary key by ``columns`` (none: the table is append-only)."""
-        self._pks.clear()
-        self.add_primary_key(*columns)
+        """Replace the primary key by ``columns`` (none: the table is append-only).
+
+        Raises:
+            SchemaError: A column does not exist or is named twice; the key is then unchanged.
+        """
+        self._pks = self._new_keys(columns, [])
+
+    def _new_keys(self, columns: Iterable[str], current: Sequence[str]) -> list[str]:
+        """``columns`` checked as additions to the key ``current`` (nothing changed yet)."""
+        columns = list(columns)
+        self._check_columns(columns)
+        added: list[str] = []
+        for column in columns:
+            if column in current or column in added:
+                raise SchemaError("Column is already in the primary key", table=self.name,
+                                  column=column)  # fmt: skip
+            added.append(column)
+        return added
+
+    def _check_columns(self, columns: Iterable[str]) -> None:
+        """Raise a SchemaError naming the first of ``columns`` the schema does not have."""
+        for column in columns:
+            if column not in self._fields:
+                similar = self._folded.get(str(column).casefold())
+                hint = f"; did you mean {similar!r}?" if similar else ""
+                raise SchemaError(f"No such column{hint}", table=self.name, column=column)
 
     @property
     def foreign_keys(self) -> tuple[ForeignKey, ...]:
@@ -236,6 +290,12 @@ class ValueSchema(GovernanceMixin):
     ) -> ForeignKey:
         """Declare that ``columns`` reference ``ref_columns`` of ``ref_namespace.ref_table``.
 
+        Declaring the same foreign key again changes nothing (``augment_schema()`` may run
+        more than once); a different one on the same columns is added beside it.
+
+        Returns:
+            The foreign key (the one already declared, when it is the same).
+
         Raises:
             SchemaError: A column does not exist, or the column lists differ in length.
         """
@@ -247,7 +307,8 @@ class ValueSchema(GovernanceMixin):
             raise SchemaError("A foreign key needs as many columns as referenced columns",
                               table=self.name, columns=cols, ref_columns=refs)  # fmt: skip
         fk = ForeignKey(cols, ref_namespace, ref_table, refs)
-        self._fks.append(fk)
+        if fk not in self._fks:
+            self._fks.append(fk)
         return fk
 
     # -- Avro and Arrow -------------------------------------------------------------------
@@ -265,6 +326,8 @@ class ValueSchema(GovernanceMixin):
         """Return the Avro schema as a dict (payload + technical fields + properties)."""
         schema = _record_header(self.name, self.namespace, self.doc)
         schema["primaryKeys"] = list(self._pks)
+        if self.truncate_text:
+            schema["truncateText"] = True
         if self._fks:
             schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
         schema.update({key: self._governance[key] for key in GOVERNANCE_PROPERTIES
@@ -323,6 +386,7 @@ class ValueSchema(GovernanceMixin):
 
     def _restore_record_properties(self, raw: Mapping[str, Any]) -> None:
         self.set_primary_keys(*raw.get("primaryKeys", ()))
+        self.truncate_text = raw.get("truncateText") is True
         for fk in raw.get("foreignKeys", ()):
             self.add_foreign_key(fk["columns"], fk["refNamespace"], fk["refTable"],
                                  fk["refColumns"])  # fmt: skip
@@ -392,6 +456,8 @@ class KeySchema:
         """Return the key's Avro schema as a dict."""
         schema = _record_header(self.name, self.value_schema.namespace, None)
         schema["primaryKeys"] = list(self.value_schema.pks)
+        if self.value_schema.truncate_text:
+            schema["truncateText"] = True  # a key column is cut as its value column is
         schema["fields"] = [f.to_avro() for f in self.fields]
         return schema
 

@@ -333,9 +333,10 @@ def test_header_is_prepended_and_buffer_matches_list() -> None:
     assert [buf[offsets[i] : offsets[i + 1]].tobytes() for i in range(3)] == values
 
 
-def test_nvarchar_truncates_by_characters_and_counts() -> None:
+def test_nvarchar_truncates_by_characters_and_counts_when_opted_in() -> None:
     batch = pa.table({"t": ["abcd", "日本語です", "ok", None, "😀😀😀😀"]})
-    schema_nullable = record({"name": "t", "type": ["null", typed("string", "NVARCHAR", length=3)]})
+    nvarchar = typed("string", "NVARCHAR", length=3, truncate=True)
+    schema_nullable = record({"name": "t", "type": ["null", nvarchar]})
     enc = AvroEncoder(schema_nullable)
     got = enc.encode(batch)
     expected = [{"t": v if v is None else v[:3]} for v in batch.column("t").to_pylist()]
@@ -345,8 +346,8 @@ def test_nvarchar_truncates_by_characters_and_counts() -> None:
     assert enc.truncations == {"t": 4}
 
 
-def test_nvarchar_constant_is_truncated_too() -> None:
-    schema = record({"name": "t", "type": typed("string", "NVARCHAR", length=2)})
+def test_nvarchar_constant_is_truncated_too_when_opted_in() -> None:
+    schema = record({"name": "t", "type": typed("string", "NVARCHAR", length=2, truncate=True)})
     enc = AvroEncoder(schema)
     got = enc.encode(pa.table({"x": [1, 2]}), {"t": "äöü"})
     assert got == fastavro_bytes(schema, [{"t": "äö"}] * 2)

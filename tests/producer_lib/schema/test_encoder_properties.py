@@ -56,7 +56,10 @@ def decimal_kind(draw: st.DrawFn) -> Kind:
 def nvarchar_kind(draw: st.DrawFn) -> Kind:
     length = draw(st.integers(1, 5))
     avro = {"type": "string", "logicalType": "NVARCHAR", "length": length}
-    return Kind(avro, pa.string(), st.text(max_size=8), nvarchar=length)
+    if draw(st.booleans()):  # opted in: longer text is cut to length
+        avro["truncate"] = True
+        return Kind(avro, pa.string(), st.text(max_size=8), nvarchar=length)
+    return Kind(avro, pa.string(), st.text(max_size=length))  # longer text is refused
 
 
 SIMPLE_KINDS = [
