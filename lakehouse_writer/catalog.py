@@ -1,31 +1,35 @@
-"""Resolve writer schemas: by fingerprint from ``_schemas``, by id from a Schema Registry.
+"""Resolve writer schemas: by fingerprint from ``_flow_schemas``, by id from a Schema Registry.
 
-The ``_schemas`` topic (compacted, 1 partition; layout in ``docs/WIRE.md``) is read on the
-driver with a plain consumer from the start to its end, and again only when a batch shows a
-fingerprint the cache does not know. Registry ids are fetched once each.
+The catalog topic ``_flow_schemas`` (compacted, 1 partition; layout in ``docs/WIRE.md``) is
+read on the driver with a plain consumer from the start to its end, and again only when a
+batch shows a fingerprint the cache does not know. A fingerprint it does not hold is then
+looked up in the catalog's old topic, ``_schemas``, where producers wrote before the rename:
+records of ours found there still resolve, and the records of a Schema Registry (whose own
+store ``_schemas`` is) are skipped. Registry ids are fetched once each.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from lakehouse_writer.errors import DecodeError
+from producer_lib.schema.catalog_records import is_registry_key, parse_record
 
 log = logging.getLogger(__name__)
 
 _READ_TIMEOUT_S = 30.0
+SCHEMAS_TOPIC = "_flow_schemas"
+LEGACY_SCHEMAS_TOPIC = "_schemas"  # the catalog's old name; Confluent Schema Registry's store
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """A writer schema: its Avro JSON text and, from ``_schemas``, what it is for."""
+    """A writer schema: its Avro JSON text and, from the catalog topic, what it is for."""
 
     schema_json: str
     kind: str | None = None
@@ -37,26 +41,43 @@ class SchemaCatalog:
 
     Args:
         kafka_conf: librdkafka settings (``bootstrap.servers``, security ...).
-        schemas_topic: The catalog topic, ``_schemas`` by default.
+        schemas_topic: The catalog topic, ``_flow_schemas`` by default.
         registry_url: Schema Registry URL, or None when only single-object framing is used.
+        legacy_topic: The catalog's old topic, read for fingerprints the catalog topic does
+            not hold (``_schemas``; None: none).
     """
 
     def __init__(
-        self, kafka_conf: dict[str, str], schemas_topic: str = "_schemas",
+        self,
+        kafka_conf: dict[str, str],
+        schemas_topic: str = SCHEMAS_TOPIC,
         registry_url: str | None = None,
-    ) -> None:  # fmt: skip
+        legacy_topic: str | None = LEGACY_SCHEMAS_TOPIC,
+    ) -> None:
         self._kafka_conf = kafka_conf
         self._topic = schemas_topic
+        self._legacy = legacy_topic if legacy_topic and legacy_topic != schemas_topic else None
         self._registry_url = registry_url
         self._by_fingerprint: dict[str, CatalogEntry] = {}
+        self._legacy_entries: dict[str, CatalogEntry] = {}
         self._by_id: dict[int, CatalogEntry] = {}
-        self._next_offset = 0
+        self._next_offset: dict[str, int] = {}
+        self._registry_records: dict[str, int] = {}  # topic -> registry records skipped
 
     def by_fingerprint(self, fingerprints: set[str]) -> dict[str, CatalogEntry]:
         """Entries of the given fingerprints (hex); unknown ones are absent from the result."""
-        if not fingerprints <= self._by_fingerprint.keys():
+        if not fingerprints <= self._known():
             self.refresh()
-        return {fp: self._by_fingerprint[fp] for fp in fingerprints if fp in self._by_fingerprint}
+        if self._legacy is not None and not fingerprints <= self._known():
+            self._refresh_topic(self._legacy, self._legacy_entries)
+        found = {fp: self._legacy_entries[fp] for fp in fingerprints if fp in self._legacy_entries}
+        found.update(
+            {fp: self._by_fingerprint[fp] for fp in fingerprints if fp in self._by_fingerprint}
+        )
+        return found
+
+    def _known(self) -> set[str]:
+        return self._by_fingerprint.keys() | self._legacy_entries.keys()
 
     def by_id(self, ids: set[int]) -> dict[int, CatalogEntry]:
         """Entries of the given registry ids; unknown (or no registry) ones are absent."""
@@ -67,12 +88,12 @@ class SchemaCatalog:
         return {i: self._by_id[i] for i in ids if i in self._by_id}
 
     def latest_value_schemas(self) -> list[tuple[str, CatalogEntry]]:
-        """(fingerprint, entry) of each topic's latest value schema in ``_schemas``.
+        """(fingerprint, entry) of each topic's latest value schema in the catalog topic.
 
         The topic whose schema was registered last comes first. Read once, then from memory:
-        what a cold start expects its first batch to hold.
+        what a cold start expects its first batch to hold. The old topic is not consulted.
         """
-        if not self._next_offset:
+        if self._topic not in self._next_offset:
             self.refresh()
         latest: dict[str | None, tuple[str, CatalogEntry]] = {}
         for fingerprint, entry in self._by_fingerprint.items():  # in the order registered
@@ -82,7 +103,7 @@ class SchemaCatalog:
         return list(reversed(latest.values()))
 
     def value_schema_counts(self) -> dict[str, int]:
-        """How many value schemas ``_schemas`` holds per topic (as last read; no read)."""
+        """How many value schemas the catalog topic holds per topic (as last read; no read)."""
         counts: dict[str, int] = {}
         for entry in self._by_fingerprint.values():
             if entry.kind == "value" and entry.topic:
@@ -90,53 +111,69 @@ class SchemaCatalog:
         return counts
 
     def refresh(self) -> None:
-        """Read ``_schemas`` from where the last refresh stopped to its current end."""
-        consumer = Consumer({
-            **self._kafka_conf, "group.id": f"lakehouse-writer-{uuid.uuid4()}",
-            "enable.auto.commit": False, "enable.partition.eof": True,
-        })  # fmt: skip
+        """Read the catalog topic from where the last refresh stopped to its current end."""
+        self._refresh_topic(self._topic, self._by_fingerprint)
+
+    def _refresh_topic(self, topic: str, into: dict[str, CatalogEntry]) -> None:
+        consumer = Consumer(
+            {
+                **self._kafka_conf,
+                "group.id": f"lakehouse-writer-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
         try:
-            self._read(consumer)
+            self._read(consumer, topic, into)
         finally:
             consumer.close()
-        log.info("schema catalog refreshed topic=%s schemas=%d", self._topic,
-                 len(self._by_fingerprint))  # fmt: skip
+        log.info("schema catalog refreshed topic=%s schemas=%d", topic, len(into))
+        if self._registry_records.get(topic):
+            log.info(
+                "schema catalog topic holds Schema Registry records; skipped topic=%s records=%d",
+                topic,
+                self._registry_records[topic],
+            )
 
-    def _read(self, consumer: Consumer) -> None:
-        meta = consumer.list_topics(self._topic, timeout=10).topics.get(self._topic)
+    def _read(self, consumer: Consumer, topic: str, into: dict[str, CatalogEntry]) -> None:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
-            log.warning("schema catalog topic missing topic=%s", self._topic)
+            if topic == self._topic:
+                log.warning("schema catalog topic missing topic=%s", topic)
+            self._next_offset.setdefault(topic, 0)
             return
-        _, high = consumer.get_watermark_offsets(TopicPartition(self._topic, 0), timeout=10)
-        if high <= self._next_offset:
+        start = self._next_offset.get(topic, 0)
+        self._next_offset[topic] = start
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        if high <= start:
             return
-        consumer.assign([TopicPartition(self._topic, 0, self._next_offset)])
+        consumer.assign([TopicPartition(topic, 0, start)])
         deadline = time.monotonic() + _READ_TIMEOUT_S
-        while self._next_offset < high and time.monotonic() < deadline:
+        while self._next_offset[topic] < high and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     break
-                raise DecodeError(f"cannot read the schema catalog: {msg.error()}",
-                                  topic=self._topic)  # fmt: skip
-            self._next_offset = msg.offset() + 1
-            self._add(msg.key(), msg.value(), msg.offset())
+                raise DecodeError(f"cannot read the schema catalog: {msg.error()}", topic=topic)
+            self._next_offset[topic] = msg.offset() + 1
+            self._add(msg, into)
 
-    def _add(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        try:
-            record: dict[str, Any] = json.loads(value or b"")
-            fingerprint = str(record["fingerprint"]).lower()
-            schema = record["schema"]
-            text = schema if isinstance(schema, str) else json.dumps(schema)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("bad schema catalog record topic=%s offset=%d error=%s", self._topic,
-                        offset, exc)  # fmt: skip
+    def _add(self, msg: Message, into: dict[str, CatalogEntry]) -> None:
+        topic = msg.topic() or ""
+        if is_registry_key(msg.key()):
+            self._registry_records[topic] = self._registry_records.get(topic, 0) + 1
             return
-        self._by_fingerprint.pop(fingerprint, None)  # keep the order of the latest records
-        self._by_fingerprint[fingerprint] = CatalogEntry(text, record.get("kind"),
-                                                         record.get("topic"))  # fmt: skip
+        try:
+            record = parse_record(msg.value())
+        except ValueError as exc:
+            log.warning(
+                "bad schema catalog record topic=%s offset=%d error=%s", topic, msg.offset(), exc
+            )
+            return
+        into.pop(record.fingerprint, None)  # keep the order of the latest records
+        into[record.fingerprint] = CatalogEntry(record.schema_json, record.kind, record.topic)
 
     def _fetch_registry(self, schema_id: int) -> CatalogEntry | None:
         if not self._registry_url:

@@ -1,12 +1,13 @@
 """Create topics that do not exist yet, and read partition counts.
 
 Brokers of this platform do not auto-create topics, so the producer creates data topics and
-the system topics (``_schemas``, ``_commits``) on purpose, with their configuration.
+the system topics (``_flow_schemas``, ``_commits``) on purpose, with their configuration.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,18 +20,29 @@ __all__ = [
     "COMMITS_TOPIC",
     "COMPACTED",
     "EXECUTION_LOG_TOPIC",
+    "LEGACY_SCHEMAS_TOPIC",
     "LINEAGE_TOPIC",
     "SCHEMAS_TOPIC",
+    "SCHEMAS_TOPIC_ENV",
     "ensure_topic",
+    "schemas_topic",
 ]
 
 log = logging.getLogger(__name__)
 
-SCHEMAS_TOPIC = "_schemas"
+# Not `_schemas`: that is Confluent Schema Registry's own store (its `kafkastore.topic`).
+SCHEMAS_TOPIC = "_flow_schemas"
+SCHEMAS_TOPIC_ENV = "FLOW_SCHEMAS_TOPIC"  # names another catalog topic, on both sides
+LEGACY_SCHEMAS_TOPIC = "_schemas"  # the catalog's old name: read for existing data, never written
 COMMITS_TOPIC = "_commits"
 EXECUTION_LOG_TOPIC = "_execution_log"
 LINEAGE_TOPIC = "_lineage"
 COMPACTED = {"cleanup.policy": "compact"}  # system topics keyed by what they describe
+
+
+def schemas_topic() -> str:
+    """The embedded catalog topic: ``FLOW_SCHEMAS_TOPIC`` when set, else ``_flow_schemas``."""
+    return os.environ.get(SCHEMAS_TOPIC_ENV, "").strip() or SCHEMAS_TOPIC
 
 
 def ensure_topic(
@@ -61,8 +73,12 @@ def ensure_topic(
     existing = _partition_count(admin, topic, timeout_s)
     if existing is not None:
         return existing
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                   config=dict(config or {}))  # fmt: skip
+    new = NewTopic(
+        topic,
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        config=dict(config or {}),
+    )
     try:
         admin.create_topics([new], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
         log.info("created topic topic=%s partitions=%d", topic, partitions)
