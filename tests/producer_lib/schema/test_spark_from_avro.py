@@ -53,6 +53,7 @@ COLUMNS = [
     ("REVENUE$", AvroDecimal(12, 2), Decimal("-1234567890.12"), Decimal("-1234567890.12")),
     ("VARCHAR", AvroVarchar(5), "abc", "abc"),
     ("Größe", AvroNVarchar(10), "Größe", "Größe"),
+    ("CUT", AvroNVarchar(3, truncate=True), "abc", "abc"),  # "truncate": true in the type
     ("CLOB", AvroCLOB(), "long text", "long text"),
     ("NCLOB", AvroNCLOB(), "long ü", "long ü"),
     ("A complicated $ name", AvroString(), "x", "x"),
@@ -77,7 +78,7 @@ TIMESTAMPS = {"TS_MS", "TS_US"}
 
 
 def _schema() -> ValueSchema:
-    schema = ValueSchema("/BIC/AZSALES", "SAP BW")
+    schema = ValueSchema("/BIC/AZSALES", "SAP BW", truncate_text=True)  # "truncateText": true
     for name, avro_type, _, _ in COLUMNS:
         schema.add_field(name, avro_type, doc=f"comment of {name}")
     schema.add_primary_key("INT", "REVENUE$")
