@@ -39,9 +39,11 @@ class TransactionLedger:
         tables: Rows per ``(topic, table)``.
         partitions: Stats per ``(topic, partition)``.
         failures: Delivery errors seen so far, as text.
+        system_records: Records of system topics (``_execution_log``, ``_lineage``...).
     """
 
     transaction_time: int
+    system_records: int = 0
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)

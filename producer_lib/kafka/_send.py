@@ -14,12 +14,21 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
+from producer_lib.errors import ProduceError
 from producer_lib.kafka._target import Target
 from producer_lib.kafka.partitioner import partitions_for_keys
 
-__all__ = ["EncodedBatch", "encode_batch", "encoded_ahead", "marked_rows", "send_batch"]
+__all__ = [
+    "EncodedBatch",
+    "RowRejected",
+    "encode_batch",
+    "encoded_ahead",
+    "marked_rows",
+    "rejected_row_error",
+    "send_batch",
+]
 
 QUEUE_FULL_WAIT_S = 0.05  # let librdkafka drain its queue to the broker, then try again
 
@@ -36,6 +45,7 @@ class EncodedBatch:
         partitions: Partition per row.
         rows_per_partition: Rows per partition (those with rows).
         marks: Rows that are the first or last of their partition (they get a callback).
+        source: The rows themselves (to name a row Kafka refuses), when at hand.
     """
 
     keys: bytes
@@ -45,6 +55,7 @@ class EncodedBatch:
     partitions: list[int]
     rows_per_partition: dict[int, int]
     marks: list[int]
+    source: pa.RecordBatch | pa.Table | None = None
 
     @classmethod
     def from_buffers(
@@ -53,13 +64,19 @@ class EncodedBatch:
         values: tuple[np.ndarray, np.ndarray],
         partitions: np.ndarray,
         partition_count: int,
+        source: pa.RecordBatch | pa.Table | None = None,
     ) -> EncodedBatch:
         """Build from the encoder's ``(buf, offsets)`` pairs and a partition array."""
         counts = np.bincount(partitions, minlength=partition_count).tolist()
         return cls(keys[0].tobytes(), keys[1].tolist(), values[0].tobytes(),
                    values[1].tolist(), partitions.tolist(),
                    {p: n for p, n in enumerate(counts) if n},
-                   marked_rows(partitions))  # fmt: skip
+                   marked_rows(partitions), source)  # fmt: skip
+
+    def sizes(self, row: int) -> tuple[int, int]:
+        """Key and value bytes of ``row``."""
+        return (self.key_offsets[row + 1] - self.key_offsets[row],
+                self.value_offsets[row + 1] - self.value_offsets[row])  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.partitions)
@@ -88,7 +105,7 @@ def encode_batch(
         parts = partitions_for_keys(keys[0], keys[1], target.partitions)
     else:
         parts = np.full(batch.num_rows, partition, dtype=np.int64)
-    return EncodedBatch.from_buffers(keys, values, parts, target.partitions)
+    return EncodedBatch.from_buffers(keys, values, parts, target.partitions, batch)
 
 
 def marked_rows(partitions: np.ndarray) -> list[int]:
@@ -125,13 +142,34 @@ def encoded_ahead(
             yield encoded
 
 
+class RowRejected(Exception):
+    """librdkafka refused a row at ``produce()`` (too large, unknown partition...).
+
+    Attributes:
+        row: Index of the row in its batch.
+        error: librdkafka's error.
+        cause: The exception ``produce()`` raised.
+    """
+
+    def __init__(self, row: int, cause: KafkaException) -> None:
+        self.row = row
+        self.cause = cause
+        arg = cause.args[0] if cause.args else None
+        self.error: KafkaError | None = arg if isinstance(arg, KafkaError) else None
+        super().__init__(f"row {row}: {self.error or cause}")
+
+
 def send_batch(
     producer: Producer,
     topic: str,
     batch: EncodedBatch,
     on_delivery: Callable[[Any, Any], None],
 ) -> None:
-    """Produce every row of ``batch``; only its marked rows get ``on_delivery``."""
+    """Produce every row of ``batch``; only its marked rows get ``on_delivery``.
+
+    Raises:
+        RowRejected: librdkafka refused a row; the rows before it were sent.
+    """
     start = 0
     for mark in batch.marks:
         _send_range(producer, topic, batch, start, mark, None)
@@ -163,3 +201,54 @@ def _send_range(
                 break
             except BufferError:
                 poll(QUEUE_FULL_WAIT_S)
+            except KafkaException as exc:
+                raise RowRejected(i, exc) from exc
+
+
+def key_of_row(source: pa.RecordBatch | pa.Table | None, row: int, target: Target) -> Any:
+    """The key columns of ``row`` as ``{column: value}`` (None without the source rows)."""
+    names = [name for name in target.value_schema.pks if source and name in source.column_names]
+    if source is None or not names:
+        return None
+    return {name: source.column(name)[row].as_py() for name in names}
+
+
+def size_error_text(key_bytes: int, value_bytes: int, limit: int) -> str:
+    """Why a row is too large and what to do about it."""
+    return (
+        f"the row is {key_bytes + value_bytes:,} bytes encoded (key {key_bytes:,}, value "
+        f"{value_bytes:,}), over message.max.bytes={limit:,}; shorten the row, or raise "
+        "message.max.bytes (KAFKA_OVERRIDES) and the topic's max.message.bytes together"
+    )
+
+
+def rejected_row_error(
+    target: Target,
+    batch: EncodedBatch,
+    rejected: RowRejected,
+    rows_before: int | None,
+    limit: int,
+) -> ProduceError:
+    """The error of a row librdkafka refused, naming topic, table, row, key and sizes.
+
+    Args:
+        target: Where the row went.
+        batch: Its batch.
+        rejected: What :func:`send_batch` raised for it.
+        rows_before: Rows of the same call sent before this batch (None for one row).
+        limit: ``message.max.bytes`` of the producer.
+    """
+    key_bytes, value_bytes = batch.sizes(rejected.row)
+    error = rejected.error
+    too_large = error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    if too_large:
+        text = size_error_text(key_bytes, value_bytes, limit)
+    else:
+        text = f"Kafka refused the row: {error or rejected.cause}"
+    position = None if rows_before is None else rows_before + rejected.row + 1
+    return ProduceError(
+        f"{text}; the transaction was aborted", topic=target.topic, table=target.table,
+        row=position, key=key_of_row(batch.source, rejected.row, target),
+        size_bytes=key_bytes + value_bytes if too_large else None,
+        limit_bytes=limit if too_large else None,
+    )  # fmt: skip

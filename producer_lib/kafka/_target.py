@@ -5,6 +5,7 @@ Also the checks that input rows fit a target before anything is encoded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,16 +74,20 @@ def build_target(
     )
 
 
-def check_columns(schema: pa.Schema, target: Target) -> None:
+def check_columns(columns: Sequence[str], target: Target) -> None:
     """Check that input columns are exactly the payload columns (technical ones optional).
+
+    Args:
+        columns: Names of the input columns.
+        target: Where the rows go.
 
     Raises:
         SchemaError: A payload column is missing, or an input column is not in the schema.
     """
-    names = set(schema.names)
+    names = set(columns)
     expected = set(target.value_schema.fields)
     missing = [name for name in target.value_schema.fields if name not in names]
-    extra = [name for name in schema.names
+    extra = [name for name in columns
              if name not in expected and name not in TECHNICAL_FIELD_NAMES]  # fmt: skip
     if missing:
         raise SchemaError("input lacks columns of the value schema", topic=target.topic,

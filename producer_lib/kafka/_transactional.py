@@ -36,6 +36,7 @@ __all__ = ["TransactionalProducer"]
 
 log = logging.getLogger("producer_lib.kafka.producer")
 
+MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes (key, value, overhead)
 _COMMIT_ATTEMPTS = 3  # retriable commit/abort errors (coordinator moving): then give up
 
 
@@ -68,6 +69,8 @@ class TransactionalProducer:
         self._last_time = 0
         self._state = "new"  # new -> open -> closed | broken
         self._broken_reason = ""
+        self._failure: _Failure | None = None  # an error aborted a transaction: see _usable()
+        self._max_message_bytes = MESSAGE_MAX_BYTES
         self._environment_zone = (environment, zone)
         self._commit_hooks: list[CommitHook] = []
         self._system_topics: set[str] = set()
@@ -109,6 +112,7 @@ class TransactionalProducer:
             raise ProduceError("a KafkaProducer can be entered once; create a new one",
                                producer=self.transactional_id)  # fmt: skip
         conf = producer_config(self._settings, self.transactional_id)
+        self._max_message_bytes = int(conf.get("message.max.bytes", MESSAGE_MAX_BYTES))
         timeout = self._settings.connect_timeout_s
         kafka = start_transactional(conf, timeout, bootstrap=self._settings.bootstrap_servers)
         self._kafka, self._admin, self._state = kafka, AdminClient(conf), "open"
@@ -130,6 +134,7 @@ class TransactionalProducer:
             ProduceError: The block ended normally but rows were produced and not committed.
         """
         left_open = self._ledger is not None and self._state == "open"
+        failure = self._failure if self._state == "open" else None
         if left_open:
             self._abort("left the with block" if exc is None else f"{exc_type.__name__}")
         self._close()
@@ -137,6 +142,10 @@ class TransactionalProducer:
             raise ProduceError("rows were produced but not committed; call commit() before "
                                "leaving the with block (they were aborted)",
                                producer=self.transactional_id)  # fmt: skip
+        if failure is not None and exc is None:  # the flow caught it: say what it lost
+            self._log.warning("closed after an error aborted a transaction and no abort() "
+                              "followed producer=%s error=%s", self.transactional_id,
+                              failure.cause)  # fmt: skip
 
     def _close(self) -> None:
         if self._kafka is not None and self._state == "open":
@@ -155,8 +164,29 @@ class TransactionalProducer:
         }[self._state]
         raise ProduceError(reason, producer=self.transactional_id)
 
-    def _begin(self) -> TransactionLedger:
+    def _usable(self) -> Producer:
+        """The open producer, unless an error aborted a transaction the flow did not abort.
+
+        A flow that caught that error and went on would otherwise commit only the rows
+        after it (a TRUNCATE and the rows before it gone), so every produce and commit
+        refuses until the flow calls :meth:`abort` or creates a new producer.
+        """
         kafka = self._require_open()
+        if self._failure is not None:
+            raise self._failure.error(self.transactional_id)
+        return kafka
+
+    def check_usable(self) -> None:
+        """Raise what produce and commit would raise now, if anything.
+
+        Raises:
+            ProduceError: The producer is not open, or an error aborted a transaction and
+                nobody called :meth:`abort` since.
+        """
+        self._usable()
+
+    def _begin(self) -> TransactionLedger:
+        kafka = self._usable()
         if self._ledger is None:
             self._run_txn("begin_transaction", kafka.begin_transaction)
             now = time.time_ns() // 1000
@@ -173,19 +203,21 @@ class TransactionalProducer:
         a ``_commits`` record.
 
         Raises:
-            ProduceError: Closed producer, or the topic cannot be created.
+            ProduceError: Closed producer, the topic cannot be created, or an earlier error
+                aborted the transaction (see :meth:`abort`).
         """
-        self._require_open()
+        self._usable()
         if topic not in self._system_topics:
             assert self._admin is not None
             ensure_topic(self._admin, topic, 1, config=COMPACTED,
                          replication_factor=self._settings.topic_replication_factor,
                          timeout_s=self._settings.connect_timeout_s)  # fmt: skip
             self._system_topics.add(topic)
-        self._begin()
+        ledger = self._begin()
         assert self._kafka is not None
-        with self._aborting_on_error():
+        with self._aborting_on_error(topic=topic):
             self._kafka.produce(topic, value, key)
+            ledger.system_records += 1
 
     def add_commit_hook(self, hook: CommitHook) -> None:
         """Call ``hook(pending)`` inside every commit, before the ``_commits`` record.
@@ -211,9 +243,11 @@ class TransactionalProducer:
 
         Raises:
             ProduceError: A message or the commit failed; the transaction was aborted (or,
-                when the error is fatal, the producer must be recreated).
+                when the error is fatal, the producer must be recreated). Also when an
+                earlier error aborted the transaction and the flow went on without
+                :meth:`abort`: nothing is committed then.
         """
-        kafka = self._require_open()
+        kafka = self._usable()
         ledger = self._ledger
         if ledger is None:
             self._log.info("nothing to commit producer=%s", self.transactional_id)
@@ -249,7 +283,12 @@ class TransactionalProducer:
         return self._ledger is not None
 
     def abort(self, reason: str = "aborted by the caller") -> None:
-        """Abort the open transaction, if any: none of its rows become visible."""
+        """Abort the open transaction, if any: none of its rows become visible.
+
+        Also acknowledges an error that aborted a transaction: the producer accepts rows
+        again, in a fresh transaction (produce everything of it again, TRUNCATE included).
+        """
+        self._failure = None
         self._abort(reason)
 
     def _run_txn(self, operation: str, call: Any) -> Any:
@@ -262,13 +301,24 @@ class TransactionalProducer:
             raise
 
     @contextmanager
-    def _aborting_on_error(self) -> Iterator[None]:
-        """Any exception inside aborts the open transaction, then propagates."""
+    def _aborting_on_error(self, **context: Any) -> Iterator[None]:
+        """Any exception inside aborts the open transaction, then propagates.
+
+        The first error that aborts an open transaction is kept (with ``context``, e.g.
+        ``topic=``, ``table=``): produce and commit refuse until :meth:`abort`.
+        """
         try:
             yield
         except BaseException as exc:
+            if self._failure is None and self._state == "open" and self._lost_records():
+                self._failure = _Failure(exc, context)
             self._abort(f"{type(exc).__name__}: {exc}")
             raise
+
+    def _lost_records(self) -> bool:
+        """True when the open transaction holds records an abort would lose."""
+        ledger = self._ledger
+        return ledger is not None and bool(ledger.rows or ledger.system_records)
 
     def _abort(self, reason: str) -> None:
         """Abort the open transaction; log (not raise) when even that fails."""
@@ -283,3 +333,21 @@ class TransactionalProducer:
         except TransactionFailed as exc:
             self._state, self._broken_reason = "broken", exc.message
             self._log.error("abort failed producer=%s error=%s", self.transactional_id, exc)
+
+
+class _Failure:
+    """The error that aborted a transaction the flow did not abort, and where it happened."""
+
+    def __init__(self, exc: BaseException, context: dict[str, Any]) -> None:
+        self.cause = f"{type(exc).__name__}: {exc}"
+        self.context = {k: v for k, v in context.items() if v is not None}
+
+    def error(self, producer: str) -> ProduceError:
+        """The error every produce and commit raises until ``abort()``."""
+        return ProduceError(
+            f"an earlier error aborted the open transaction ({self.cause}); nothing of it "
+            "was committed, and rows produced after it must not commit without it. Call "
+            "producer.abort() and produce the whole transaction again (TRUNCATE included), "
+            "or create a new producer",
+            producer=producer, **self.context,
+        )  # fmt: skip

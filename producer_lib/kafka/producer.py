@@ -27,7 +27,13 @@ import pyarrow as pa
 
 from producer_lib.errors import ProduceError
 from producer_lib.kafka._ledger import CommitHook, PendingCommit
-from producer_lib.kafka._send import EncodedBatch, encoded_ahead, send_batch
+from producer_lib.kafka._send import (
+    EncodedBatch,
+    RowRejected,
+    encoded_ahead,
+    rejected_row_error,
+    send_batch,
+)
 from producer_lib.kafka._target import Target, build_target, check_columns, relation, row_table
 from producer_lib.kafka._transactional import TransactionalProducer
 from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
@@ -37,10 +43,12 @@ from producer_lib.kafka.topics import ensure_topic
 from producer_lib.schema.row_types import RowType
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 from producer_lib.settings import KafkaSettings
+from producer_lib.staging.pk_check import check_keys
 
 __all__ = ["CommitHook", "KafkaProducer", "PendingCommit", "Target"]
 
 log = logging.getLogger(__name__)
+
 
 class KafkaProducer(TransactionalProducer):
     """Transactional producer of Avro change rows (a context manager).
@@ -159,13 +167,15 @@ class KafkaProducer(TransactionalProducer):
             partition: Explicit partition (default: murmur2 of the key).
 
         Raises:
-            ProduceError: Unknown target, closed producer, or Kafka refused the message.
+            ProduceError: Unknown target, closed producer, Kafka refused the message, or an
+                earlier error aborted the transaction (see :meth:`abort`).
             SchemaError: The row does not fit the schema (the transaction is aborted).
         """
-        self._check_target(target)
-        self._check_partition(target, partition)
+        with self._aborting_on_error(topic=getattr(target, "topic", None)):
+            self._check_target(target)
+            self._check_partition(target, partition)
         ledger = self._begin()
-        with self._aborting_on_error():
+        with self._aborting_on_error(topic=target.topic, table=target.table):
             keys, values = self._constants(target, row_type, ledger.transaction_time)
             key_table = row_table(key_row, target.key_schema.get_pyarrow(), target, "key")
             value_table = row_table(value_row, target.value_schema.get_pyarrow(), target, "value")
@@ -175,7 +185,8 @@ class KafkaProducer(TransactionalProducer):
                 parts = partitions_for_keys(kbuf[0], kbuf[1], target.partitions)
             else:
                 parts = np.array([partition], dtype=np.int64)
-            self._send(target, EncodedBatch.from_buffers(kbuf, vbuf, parts, target.partitions))
+            batch = EncodedBatch.from_buffers(kbuf, vbuf, parts, target.partitions, key_table)
+            self._send(target, batch, rows_before=None)
 
     def produce_from_duckdb(
         self,
@@ -184,8 +195,14 @@ class KafkaProducer(TransactionalProducer):
         batch_size: int,
         row_type: RowType,
         partition: int | None = None,
+        *,
+        check_keys: bool = True,
     ) -> int:
         """Produce every row of a DuckDB table or query in the open transaction.
+
+        Rows of a keyed table (a value schema with a primary key) are checked first: a
+        duplicate or null key fails before anything of them is sent (Kafka would keep only
+        the last row per key, silently).
 
         Args:
             table_or_query: A table name, or a query (``SELECT``/``WITH``/``FROM``...).
@@ -193,41 +210,64 @@ class KafkaProducer(TransactionalProducer):
             batch_size: Rows read, encoded and sent at a time.
             row_type: Goes into ``__change_type`` of every row.
             partition: Explicit partition for all rows (default: murmur2 of each key).
+            check_keys: Check the primary key first (one scan of the key columns, a few
+                per cent of the export); False for flows that guarantee unique keys.
 
         Returns:
             The number of rows produced.
 
         Raises:
-            ProduceError: Unknown target, closed producer, or Kafka refused a message.
+            ProduceError: Unknown target, closed producer, Kafka refused a message, or an
+                earlier error aborted the transaction (see :meth:`abort`).
             SchemaError: Columns or values do not fit the schema (the transaction is
                 aborted; nothing of it becomes visible).
+            SourceError: Duplicate or null keys (the transaction is aborted).
         """
-        self._check_target(target)
-        self._check_partition(target, partition)
-        if batch_size < 1:
-            raise ProduceError("batch_size must be positive", topic=target.topic,
-                               batch_size=batch_size)  # fmt: skip
+        self._usable()
         progress = Progress(f"topic={target.topic} table={target.table}", self._log)
-        with self._aborting_on_error():  # bad SQL or columns abort what is already open
+        context = {"topic": getattr(target, "topic", None), "table": getattr(target, "table", None)}
+        with self._aborting_on_error(**context):  # bad SQL, columns or keys abort what is open
+            self._check_arguments(target, partition, batch_size)
             con = self._duckdb if self._duckdb is not None else duckdb.default_connection()
-            reader = relation(con, table_or_query).to_arrow_reader(batch_size)
-            check_columns(reader.schema, target)
+            source = relation(con, table_or_query)
+            check_columns(source.columns, target)
+            if check_keys and not target.key_schema.is_append_only:
+                self._check_keys(con, table_or_query, target)  # a query: before the reader's
+            reader = source.to_arrow_reader(batch_size)
             first = next((b for b in reader if b.num_rows), None)
         if first is None:  # no rows: no transaction is begun for them
             progress.finish()
             return 0
         ledger = self._begin()
-        with self._aborting_on_error():
+        with self._aborting_on_error(**context):
             batches = pa.RecordBatchReader.from_batches(reader.schema, chain([first], reader))
             constants = self._constants(target, row_type, ledger.transaction_time)
             for encoded in encoded_ahead(batches, target, constants, partition):
-                self._send(target, encoded)
+                self._send(target, encoded, rows_before=progress.rows)
                 progress.add(len(encoded))
         progress.finish()
         return progress.rows
 
-    def _send(self, target: Target, batch: EncodedBatch) -> None:
+    def _check_arguments(self, target: Target, partition: int | None, batch_size: int) -> None:
+        self._check_target(target)
+        self._check_partition(target, partition)
+        if batch_size < 1:
+            raise ProduceError("batch_size must be positive", topic=target.topic,
+                               batch_size=batch_size)  # fmt: skip
+
+    def _check_keys(
+        self, con: duckdb.DuckDBPyConnection, table_or_query: str, target: Target
+    ) -> None:
+        """Duplicate or null keys fail here, before a row of the table is sent."""
+        check_keys(table_or_query, target.value_schema.pks, con, topic=target.topic,
+                   table=target.table, source=table_or_query)  # fmt: skip
+
+    def _send(self, target: Target, batch: EncodedBatch, rows_before: int | None) -> None:
         assert self._ledger is not None and self._kafka is not None
         self._ledger.count(target.topic, target.table, batch.rows_per_partition)
-        send_batch(self._kafka, target.topic, batch, self._ledger.on_delivery)
+        try:
+            send_batch(self._kafka, target.topic, batch, self._ledger.on_delivery)
+        except RowRejected as exc:
+            raise rejected_row_error(target, batch, exc, rows_before,
+                                     self._max_message_bytes) from exc.cause  # fmt: skip
         self._kafka.poll(0)  # serve delivery reports so they do not pile up

@@ -250,10 +250,12 @@ class FunctionRunner:
         producer.add_commit_hook(hook)
         try:
             try:
-                await (self.initial_load if load == "initial" else self.delta_load)(producer,
-                                                                                  reader)
+                await (self.initial_load if load == "initial" else self.delta_load)(
+                    producer, reader
+                )
             finally:  # the run's own records below commit without the hook
                 producer.remove_commit_hook(hook)
+            producer.check_usable()  # a produce error the load caught fails the run
             if producer.has_open_transaction:
                 raise ProduceError("the load produced rows but did not commit them; call "
                                    "producer.commit() at its end (they were aborted)")  # fmt: skip

@@ -55,7 +55,7 @@ def test_table_without_key_is_append_only(conn):
 
 
 def test_create_table_keeps_original_names_and_types(conn):
-    schema = describe(conn, "select 1::decimal(10,2) as \"/BIC/PRICE\", 'x' as \"a b\"", "T", "N")
+    schema = describe(conn, 'select 1::decimal(10,2) as "/BIC/PRICE", \'x\' as "a b"', "T", "N")
     arrow = create_table(conn, "My Table", schema.get_pyarrow(technical=False))
     assert arrow.names == ["/BIC/PRICE", "a b"]
     rows = conn.execute('describe "My Table"').fetchall()
@@ -80,3 +80,15 @@ def test_delta_extension_loads_from_its_package_without_network(conn):
 def test_missing_extension_package_says_what_to_install(conn):
     with pytest.raises(SourceError, match="pip install duckdb-extension-nosuch=="):
         load_packaged_extension(conn, "nosuch")
+
+
+def test_check_keys_of_a_query_names_where_the_rows_go(conn):
+    from producer_lib.staging.pk_check import check_keys
+
+    conn.execute('create table t as select range as "ID", \'a\' as "Part No" from range(10)')
+    check_keys('select * from t where "ID" < 5', ["ID"], conn)
+    with pytest.raises(SourceError, match="1 duplicate key") as info:
+        check_keys('select * from t union all select * from t where "ID" = 3', ["ID"], conn,
+                   table="SHOP.T", topic="shop_t")  # fmt: skip
+    assert (info.value.table, info.value.topic) == ("SHOP.T", "shop_t")
+    assert info.value.duplicate_sample == [(3, 2)]
