@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import dis
 import functools
+import inspect
 import logging
 import sys
 import threading
@@ -334,6 +335,8 @@ class SourceAdapter:
             schema.properties["sourceSystem"] = source_system
         await self.augment_schema()
         arrow_schema = self.prepare_load(duckdb_table, schema)
+        if inspect.isawaitable(arrow_schema):  # a subclass's override written as a coroutine
+            arrow_schema = await arrow_schema
         await self._copy(duckdb_table, sql, arrow_schema)
         self._progress[duckdb_table].done()
         self.check_primary_key(duckdb_table, schema)

@@ -139,7 +139,7 @@ class OracleReader(SourceAdapter):
                 cur.arraysize = self.page_size
                 await cur.execute(sql)
                 while rows := await cur.fetchmany(self.page_size):
-                    self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
+                    await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
         except oracledb.Error as exc:
             raise SourceError(f"Reading from Oracle failed: {exc}", table=duckdb_table,
                               sql=sql) from exc  # fmt: skip

@@ -172,7 +172,7 @@ class PostgresReader(SourceAdapter):
             async with self.pg.cursor(name="flow_load") as cur:
                 await cur.execute(sql)  # type: ignore[arg-type]
                 while rows := await cur.fetchmany(self.page_size):
-                    self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
+                    await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
         except psycopg.Error as exc:
             raise SourceError(f"Reading from PostgreSQL failed: {exc}", table=duckdb_table,
                               sql=sql) from exc  # fmt: skip

@@ -170,7 +170,7 @@ class RestReader(SourceAdapter):
         except (pa.ArrowException, KeyError, TypeError, ValueError) as exc:
             raise SourceError(f"Cannot convert the page: {exc}", url=url,
                               table=duckdb_table) from exc  # fmt: skip
-        self.insert_page(duckdb_table, page)
+        await self.insert_page(duckdb_table, page)  # awaited: an override may be a coroutine
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -190,3 +190,36 @@ def test_a_page_for_a_table_never_prepared_is_an_error_naming_it(awaited):
     with pytest.raises(SourceError) as info:
         asyncio.run(run())
     assert info.value.table == "MISSING"
+
+
+class CoroutineOverrides(SourceAdapter):
+    """A reader written against main: it overrides both methods as coroutines."""
+
+    def __init__(self) -> None:
+        super().__init__(connection=duckdb.connect())
+        self.calls: list[str] = []
+
+    async def prepare_load(self, duckdb_table, table_schema):
+        self.calls.append("prepare_load")
+        return await super().prepare_load(duckdb_table, table_schema)
+
+    async def insert_page(self, duckdb_table, arrow_table):
+        self.calls.append("insert_page")
+        return await super().insert_page(duckdb_table, arrow_table)
+
+    async def _describe(self, sql, name, namespace):
+        return _schema()
+
+    async def _copy(self, table, sql, arrow_schema):
+        await self.insert_page(table, _page(0))
+
+
+def test_coroutine_overrides_written_against_main_still_load():
+    async def run():
+        async with CoroutineOverrides() as reader:
+            await reader.load("PAGES", "select 1", "TEST")
+            return reader
+
+    reader = asyncio.run(run())
+    assert reader.calls == ["prepare_load", "insert_page"]
+    assert _count(reader.connection) == (ROWS_PER_PAGE, ROWS_PER_PAGE)
