@@ -53,16 +53,13 @@ class TopicPattern:
 
 def _compile(spark: SparkSession, regex: str) -> Any:
     """``java.util.regex.Pattern.compile(regex)``, or a :class:`TopicPatternError`."""
-    from py4j.protocol import Py4JJavaError
-
     jvm = spark.sparkContext._jvm
     assert jvm is not None, "the session has no JVM"  # a classic session always has one
     try:
         return jvm.java.util.regex.Pattern.compile(regex)
-    except Py4JJavaError as exc:
-        java = exc.java_exception
-        syntax = "java.util.regex.PatternSyntaxException"
-        if java.getClass().getName() != syntax:
+    except Exception as exc:  # pyspark converts py4j's error into its own captured ones
+        java = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+        if java is None or java.getClass().getName() != "java.util.regex.PatternSyntaxException":
             raise
         raise TopicPatternError(
             f"the topics regex is not a valid Java regex: {java.getDescription()} near index "
