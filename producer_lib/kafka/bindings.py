@@ -32,7 +32,7 @@ class TableBindings:
     def __init__(self) -> None:
         self._latest: dict[str, tuple[str, CatalogRecord]] = {}  # topic -> (table, record)
         self._parsed: dict[str, ValueSchema | None] = {}  # fingerprint -> schema
-        self._warned: set[tuple[str, str]] = set()  # (topic, other topic)
+        self._warned: set[str] = set()  # topics warned about
 
     def add(self, record: CatalogRecord) -> None:
         """Take a catalog record (later records of a topic replace earlier ones)."""
@@ -73,8 +73,15 @@ class TableBindings:
         sharing = [t for t in self.topics_of(table) if t != topic and t in existing]
         for other in sharing:
             self._check_pair(topic, value_schema, other, table)
-        for other in sharing:
-            self._warn(topic, other, table, logger or log)
+        if sharing and topic not in self._warned:
+            self._warned.add(topic)
+            (logger or log).warning(
+                "topics share a table (tables are keyed by schema name) table=%s topic=%s "
+                "other_topics=%s",
+                table,
+                topic,
+                ",".join(sharing),
+            )
 
     def _check_pair(self, topic: str, value_schema: ValueSchema, other: str, table: str) -> None:
         other_schema = self._schema(self._latest[other][1])
@@ -97,18 +104,6 @@ class TableBindings:
             type=first.type,
             other_type=first.other_type,
             columns=[c.column for c in clashes] if len(clashes) > 1 else None,
-        )
-
-    def _warn(self, topic: str, other: str, table: str, logger: logging.Logger) -> None:
-        if (topic, other) in self._warned:
-            return
-        self._warned.add((topic, other))
-        logger.warning(
-            "two topics feed one table (tables are keyed by schema name) table=%s topic=%s "
-            "other_topic=%s",
-            table,
-            topic,
-            other,
         )
 
     def _schema(self, record: CatalogRecord) -> ValueSchema | None:

@@ -140,8 +140,7 @@ class EmbeddedCatalog:
         if (fingerprint, subject) not in self._written:
             self._write(fingerprint, topic, kind, schema)
             self._written.add((fingerprint, subject))
-        text = json.dumps(schema, ensure_ascii=False)
-        self._bindings.add(CatalogRecord(fingerprint, text, topic, kind, subject))
+        self._bindings.add(CatalogRecord(fingerprint, schema, topic, kind, subject))
         return single_object_header(bytes.fromhex(fingerprint))
 
     def check_binding(

@@ -29,14 +29,14 @@ class CatalogRecord:
 
     Attributes:
         fingerprint: CRC-64-AVRO fingerprint of the schema, 16 lowercase hex characters.
-        schema_json: The Avro schema as JSON text.
+        raw_schema: The Avro schema as the record holds it: a JSON object, or JSON text.
         topic: The topic whose keys or values it frames (None in hand-written records).
         kind: ``"key"`` or ``"value"`` (None in hand-written records).
         subject: ``<topic>-<kind>``.
     """
 
     fingerprint: str
-    schema_json: str
+    raw_schema: dict[str, Any] | str
     topic: str | None = None
     kind: str | None = None
     subject: str | None = None
@@ -44,8 +44,17 @@ class CatalogRecord:
     @property
     def schema(self) -> dict[str, Any]:
         """The Avro schema as a dict."""
-        loaded: dict[str, Any] = json.loads(self.schema_json)
-        return loaded
+        if isinstance(self.raw_schema, str):
+            loaded: dict[str, Any] = json.loads(self.raw_schema)
+            return loaded
+        return self.raw_schema
+
+    @property
+    def schema_json(self) -> str:
+        """The Avro schema as JSON text (made on each call when the record holds an object)."""
+        if isinstance(self.raw_schema, str):
+            return self.raw_schema
+        return json.dumps(self.raw_schema)
 
 
 def encode_record(
@@ -81,9 +90,10 @@ def parse_record(value: bytes | None) -> CatalogRecord:
         schema = record["schema"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"not a catalog record: {type(exc).__name__}: {exc}") from exc
-    text = schema if isinstance(schema, str) else json.dumps(schema)
+    if not isinstance(schema, (dict, str)):
+        raise ValueError(f"not a catalog record: the schema is a {type(schema).__name__}")
     topic, kind, subject = record.get("topic"), record.get("kind"), record.get("subject")
-    return CatalogRecord(fingerprint, text, topic, kind, subject)
+    return CatalogRecord(fingerprint, schema, topic, kind, subject)
 
 
 def is_registry_key(key: bytes | None) -> bool:

@@ -256,7 +256,7 @@ def test_check_binding_refuses_a_clashing_schema_name_on_another_topic(
     assert error.table == f"{schema.namespace}.ORDERS"
     with caplog.at_level(logging.WARNING):
         later.check_binding(apac, _renamed(schema, AvroInt()))  # INT widens to BIGINT
-    assert f"topic={apac} other_topic={eu}" in caplog.text
+    assert f"topic={apac} other_topics={eu}" in caplog.text
 
 
 @pytest.mark.kafka
