@@ -11,7 +11,8 @@ Quickstart::
     schema.add_field("ID", AvroLong(), nullable=False)
     schema.add_field("/BIC/NAME", AvroNVarchar(40), doc="plan name")  # encoded for Avro
     schema.add_field("PRICE", AvroDecimal(10, 2))
-    schema.add_primary_key("ID")
+    schema.add_field("NOTE", AvroNVarchar(200, truncate=True))  # longer text cut, counted
+    schema.pks = ["ID"]        # or add_primary_key("ID"); a set takes the column order
     schema.set_data_product_owner_email("owner@example.com")
     key_schema = KeySchema(schema)
 
@@ -19,6 +20,11 @@ Quickstart::
     schema.get_pyarrow()       # Arrow schema with the original column names
     truncate = create_truncate_row(schema, None)
     key = create_key_row(truncate, key_schema)
+
+No value is altered silently: text longer than its ``AvroVarchar``/``AvroNVarchar`` length
+and finite floats beyond float32 are refused when encoded, naming table, column, row and key;
+truncation is an opt-in (on the type, or ``ValueSchema.truncate_text``) and every cut value is
+counted per column (``AvroEncoder.truncations``).
 
 DuckDB ``DESCRIBE`` output becomes a schema with :func:`value_schema_from_describe`; the
 package itself stays pure (no Kafka, Spark or DuckDB connections).
