@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -23,10 +24,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from producer_lib.errors import KafkaUnavailable, ProduceError
 
 __all__ = [
+    "ClientErrors",
+    "ConnectionRefused",
     "ErrorKind",
+    "StartupCause",
     "TransactionFailed",
     "call_transactional",
     "classify",
+    "classify_startup_errors",
     "start_transactional",
 ]
 
@@ -120,22 +125,129 @@ def call_transactional(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+StartupCause = Literal["authentication", "tls", "security_protocol", "unreachable"]
+_CAUSE_BY_NAME: dict[str, StartupCause] = {
+    "_AUTHENTICATION": "authentication",  # SASL handshake or credentials refused
+    "SASL_AUTHENTICATION_FAILED": "authentication",
+    "_SSL": "tls",
+    "_TRANSPORT": "unreachable",  # refused, reset or timed out: unless the text says more
+    "_ALL_BROKERS_DOWN": "unreachable",
+    "_RESOLVE": "unreachable",
+}
+_CAUSE_BY_TEXT: tuple[tuple[str, StartupCause], ...] = (  # lower case, checked in order
+    ("sasl authentication", "authentication"),
+    ("authentication failed", "authentication"),
+    ("mechanism handshake failed", "authentication"),  # SASL to a listener without it
+    ("ssl handshake", "tls"),
+    ("certificate verify failed", "tls"),
+    ("incorrect security.protocol", "security_protocol"),
+    ("disconnected while requesting apiversion", "security_protocol"),
+)
+_CAUSE_ORDER: tuple[StartupCause, ...] = ("authentication", "tls", "security_protocol",
+                                          "unreachable")  # fmt: skip
+
+
+def classify_startup_errors(errors: Iterable[tuple[str, str]]) -> StartupCause | None:
+    """Why a client could not start, from librdkafka's errors (``error_cb``) meanwhile.
+
+    Args:
+        errors: ``(name, text)`` of each error, e.g. ``("_AUTHENTICATION", "SASL ...")``.
+
+    Returns:
+        The most telling cause seen (authentication before TLS before a protocol mismatch
+        before an unreachable broker), or None when none of them was reported.
+    """
+    seen: set[StartupCause] = set()
+    for name, text in errors:
+        cause = _CAUSE_BY_NAME.get(name)
+        lowered = text.lower()
+        for needle, by_text in _CAUSE_BY_TEXT:
+            if needle in lowered and (cause is None or cause == "unreachable"):
+                cause = by_text
+                break
+        if cause is not None:
+            seen.add(cause)
+    return next((cause for cause in _CAUSE_ORDER if cause in seen), None)
+
+
+class ClientErrors:
+    """An ``error_cb`` that keeps librdkafka's latest errors as ``(name, text)``."""
+
+    def __init__(self, keep: int = 50) -> None:
+        self.errors: deque[tuple[str, str]] = deque(maxlen=keep)
+
+    def __call__(self, error: KafkaError) -> None:
+        """Keep one error (librdkafka calls this from ``poll``)."""
+        self.errors.append((error.name(), error.str()))
+
+    def last(self, cause: StartupCause) -> str:
+        """Text of the latest error of ``cause``, or empty."""
+        for name, text in reversed(self.errors):
+            if classify_startup_errors([(name, text)]) == cause:
+                return text
+        return ""
+
+
+class ConnectionRefused(ProduceError):
+    """The cluster refused the client: authentication, TLS or the security protocol.
+
+    Not transient: running again with the same settings fails the same way.
+    """
+
+
 def start_transactional(conf: dict[str, Any], timeout_s: float, *, bootstrap: str) -> Producer:
     """A producer with ``conf`` whose ``init_transactions`` succeeded (fencing older ones).
 
     Raises:
+        ConnectionRefused: Authentication failed, TLS failed, or the security protocol does
+            not match the listener (from librdkafka's errors meanwhile).
         KafkaUnavailable: The cluster did not answer within ``timeout_s`` or refused.
     """
-    kafka = Producer(conf)
+    errors = ClientErrors()
+    kafka = Producer({"error_cb": errors, **conf})
     transactional_id = conf["transactional.id"]
     try:
         call_transactional("init_transactions", lambda: kafka.init_transactions(timeout_s),
                            attempts=1, producer=transactional_id)  # fmt: skip
     except TransactionFailed as exc:
+        kafka.poll(0)  # serve the error callbacks queued meanwhile
         kafka.purge()
+        cause = classify_startup_errors(errors.errors)
+        if cause in ("authentication", "tls", "security_protocol"):
+            raise _refused(cause, errors.last(cause), conf, transactional_id) from exc
         raise KafkaUnavailable(
             f"cannot start a transactional producer within {timeout_s:g} s: {exc.message}; "
             "is the cluster reachable and are the settings right?",
-            bootstrap_servers=bootstrap, producer=transactional_id,
+            bootstrap_servers=bootstrap,
+            producer=transactional_id,
         ) from exc
     return kafka
+
+
+_ADVICE: dict[StartupCause, str] = {
+    "authentication": "authentication failed: check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD "
+    "and KAFKA_SASL_MECHANISM, and that KAFKA_SECURITY_PROTOCOL matches the listener",
+    "tls": "the TLS handshake failed: check KAFKA_SSL_CA_LOCATION and that "
+    "KAFKA_SECURITY_PROTOCOL matches the listener",
+    "security_protocol": "the listener does not speak KAFKA_SECURITY_PROTOCOL: check it "
+    "(SSL vs PLAINTEXT, SASL_ vs not) against the cluster's listener",
+    "unreachable": "the cluster is unreachable",
+}
+_SECRET_KEYS = ("sasl.password", "sasl.oauthbearer.client.secret", "ssl.key.password")
+
+
+def _refused(
+    cause: StartupCause, text: str, conf: dict[str, Any], transactional_id: str
+) -> ConnectionRefused:
+    """The error of a refused start, naming servers, protocol, mechanism and user only."""
+    secrets = [str(conf[key]) for key in _SECRET_KEYS if conf.get(key)]
+    if any(secret in text for secret in secrets):  # librdkafka does not print them; be sure
+        text = "detail withheld: it contains a secret"  # a mask would show where it matched
+    return ConnectionRefused(
+        f"{_ADVICE[cause]} ({text or 'no detail from the client'})",
+        bootstrap_servers=conf.get("bootstrap.servers"),
+        security_protocol=conf.get("security.protocol"),
+        sasl_mechanism=conf.get("sasl.mechanism"),
+        sasl_username=conf.get("sasl.username") or conf.get("sasl.oauthbearer.client.id"),
+        producer=transactional_id,
+    )
