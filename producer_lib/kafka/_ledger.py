@@ -58,7 +58,7 @@ class TransactionLedger:
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a marked message: widen its partition's offset range."""
         if err is not None:
-            self.failures.append(f"topic={msg.topic()} partition={msg.partition()}: {err}")
+            self.failures.append(self._failure_text(err, msg))
             return
         stats = self.partitions.setdefault((msg.topic(), msg.partition()), PartitionStats())
         offset = msg.offset()
@@ -66,6 +66,14 @@ class TransactionLedger:
             stats.min_offset = offset
         if stats.max_offset is None or offset > stats.max_offset:
             stats.max_offset = offset
+
+    def _failure_text(self, err: KafkaError, msg: Message) -> str:
+        tables = ",".join(t for (topic, t) in self.tables if topic == msg.topic())
+        where = f"topic={msg.topic()} table={tables} partition={msg.partition()}"
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the whole batch fails, not one row
+            return (f"{where}: the broker refused a batch holding a message larger than the "
+                    "topic's max.message.bytes; shorten the rows or raise it")  # fmt: skip
+        return f"{where}: {err}"
 
     def check(self) -> None:
         """Raise when a message failed or a partition lacks its offsets (after a flush).

@@ -147,3 +147,20 @@ def test_a_refused_login_says_authentication_failed_not_timeout(kafka_bootstrap)
 )
 def test_classify_startup_errors(errors, cause):
     assert classify_startup_errors(errors) == cause
+
+
+@pytest.mark.kafka
+def test_a_message_the_topic_refuses_names_topic_table_and_limit(kafka_bootstrap, new_topic):
+    """The client's limit passes, the topic's smaller max.message.bytes refuses the batch."""
+    topic = new_topic(config={"max.message.bytes": "2000"})
+    con = duckdb.connect()
+    con.sql("create table NOTES as select range::bigint as ID, case when range = 1 "
+            "then repeat('x', 5000) else 'short' end as TEXT from range(3)")  # fmt: skip
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, overrides={"linger.ms": 0})
+    with _producer(settings, con) as producer:
+        target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
+        producer.produce_from_duckdb("NOTES", target, 10, RowType.REPLACE, partition=0)
+        with pytest.raises(ProduceError, match="topic's max.message.bytes") as info:
+            producer.commit()
+        producer.abort()
+    assert f"topic={topic} table=SHOP.NOTES" in str(info.value)
