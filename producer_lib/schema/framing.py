@@ -6,7 +6,7 @@ Two standard forms tell a reader which writer schema encoded a message:
   used when a Schema Registry is configured.
 - Avro single-object encoding: ``0xC3 0x01`` + the 8-byte CRC-64-AVRO fingerprint of the
   schema's Parsing Canonical Form, little-endian (10 bytes), with schemas kept in the
-  ``_schemas`` topic.
+  ``_flow_schemas`` topic.
 
 Quickstart::
 

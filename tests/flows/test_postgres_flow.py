@@ -73,7 +73,7 @@ def newest_stamp(dsn: str) -> str:
 
 
 def value_schema(shop: SimpleNamespace, table: str) -> ValueSchema:
-    records = [json.loads(m.value()) for m in consume_all(shop.bootstrap, "_schemas")]
+    records = [json.loads(m.value()) for m in consume_all(shop.bootstrap, "_flow_schemas")]
     (schema,) = {json.dumps(r["schema"]) for r in records
                  if r["topic"] == shop.prefix + table and r["kind"] == "value"}  # fmt: skip
     return ValueSchema.from_avro_json(schema)
