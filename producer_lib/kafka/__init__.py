@@ -23,10 +23,11 @@ from producer_lib.kafka.catalog import (
     catalog_from_settings,
 )
 from producer_lib.kafka.producer import KafkaProducer, Target
-from producer_lib.kafka.transactions import TransactionFailed
+from producer_lib.kafka.transactions import ConnectionRefused, TransactionFailed
 
 __all__ = [
     "ConfluentSchemaRegistry",
+    "ConnectionRefused",
     "EmbeddedCatalog",
     "KafkaProducer",
     "SchemaCatalog",
