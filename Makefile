@@ -16,14 +16,20 @@ help:
 	@echo "make test-fast  everything but the tests marked slow"
 	@echo "make bench      run the benchmarks in bench/ (each prints a RESULT line)"
 	@echo "make up|down    start/stop the local Kafka broker (devstack)"
-	@echo "make lint       ruff"
+	@echo "make lint       ruff format --check, ruff check, mypy"
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The library with every extra, at the versions of constraints.txt. `flows/` and `devstack/` are
+# not in the library's wheel: a .pth file puts this repository on the venv's path (they import
+# from anywhere, as tests and benchmarks expect); .venv/bin/devstack runs `python -m devstack`.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	echo '$(CURDIR)' > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/flow_platform_repo.pth"
+	printf '#!/bin/sh\nexec "%s" -m devstack "$$@"\n' '$(CURDIR)/$(BIN)/python' > $(BIN)/devstack
+	chmod +x $(BIN)/devstack
 	@touch $@
 
 jars: $(STAMP)
@@ -48,8 +54,13 @@ demo: jars
 bench: jars
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
+# Formatting, lint and types; every check runs, the target fails if any did. Not part of `test`.
 lint: $(STAMP)
-	$(BIN)/ruff check .
+	@status=0; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/ruff check . || status=1; \
+	$(BIN)/mypy || status=1; \
+	exit $$status
 
 up: jars
 	$(BIN)/devstack up
