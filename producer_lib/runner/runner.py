@@ -24,7 +24,7 @@ import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
@@ -39,6 +39,9 @@ from producer_lib.sources import DuckDBReader, SourceAdapter
 __all__ = ["FunctionRunner", "RunFailed", "RunResult"]
 
 log = logging.getLogger(__name__)
+
+# What a caller may ask for: "auto" is the delta load, or the initial one without a pointer.
+LoadRequest = Literal["initial", "delta", "auto"]
 
 _current: contextvars.ContextVar[_Run] = contextvars.ContextVar("producer_lib_run")
 
@@ -59,6 +62,7 @@ class RunResult:
     commit_ids: tuple[str, ...]
     delta_pointer: Any
     error: str | None = None
+    truncated: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""
@@ -83,6 +87,7 @@ class _Run:
     reader: SourceAdapter | None = None
     rows: dict[str, int] = field(default_factory=dict)
     commit_ids: list[str] = field(default_factory=list)
+    truncated: dict[str, dict[str, int]] = field(default_factory=dict)
     clock: float = field(default_factory=time.monotonic)
 
 
@@ -213,7 +218,8 @@ class FunctionRunner:
         """Run one load and log it on ``_execution_log``.
 
         Args:
-            load: ``"initial"`` or ``"delta"``.
+            load: ``"initial"``, ``"delta"``, or ``"auto"``: the delta load, or the initial
+                load while no delta pointer exists yet (what a request without ``load`` asks).
             producer: A producer; not yet started (the run starts it with the instance
                 ``<dataflow>.<partition>`` and closes it) or already open (used as it is).
                 Default: :meth:`create_producer`.
@@ -241,7 +247,7 @@ class FunctionRunner:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _run_load(
-        self, load: LoadKind, producer: KafkaProducer, reader: SourceAdapter,
+        self, load: LoadRequest, producer: KafkaProducer, reader: SourceAdapter,
         dataflow: str, partition: str,
     ) -> RunResult:  # fmt: skip
         run = self._start(load, producer, reader, dataflow, partition)
@@ -250,9 +256,8 @@ class FunctionRunner:
         producer.add_commit_hook(hook)
         try:
             try:
-                await (self.initial_load if load == "initial" else self.delta_load)(
-                    producer, reader
-                )
+                initial = run.record.load == "initial"
+                await (self.initial_load if initial else self.delta_load)(producer, reader)
             finally:  # the run's own records below commit without the hook
                 producer.remove_commit_hook(hook)
             producer.check_usable()  # a produce error the load caught fails the run
@@ -268,12 +273,15 @@ class FunctionRunner:
             _current.reset(token)
 
     def _start(
-        self, load: LoadKind, producer: KafkaProducer, reader: SourceAdapter,
+        self, requested: LoadRequest, producer: KafkaProducer, reader: SourceAdapter,
         dataflow: str, partition: str,
     ) -> _Run:  # fmt: skip
         key = log_key(self.function_name, dataflow, partition)
         latest = read_latest(producer.settings, EXECUTION_LOG_TOPIC, key)
         pointer = latest.get("delta_pointer") if latest else None
+        load: LoadKind = "initial" if requested == "initial" else "delta"
+        if requested == "auto" and pointer is None:  # nothing yet for a delta to follow
+            load = "initial"
         record = ExecutionRecord(
             run_id=str(uuid.uuid4()), function_name=self.function_name, dataflow=dataflow,
             partition=partition, status="STARTED", load=load, started_at=_now(),
@@ -298,7 +306,7 @@ class FunctionRunner:
                              rows={**run.rows, **rows})  # fmt: skip
             producer.produce_system_record(EXECUTION_LOG_TOPIC, *record.encode())
             pointer = run.staged_pointer
-            pending.after_commit(lambda: _committed(run, rows, pending.commit_id, pointer))
+            pending.after_commit(lambda: _committed(run, rows, pending, pointer))
 
         return hook
 
@@ -341,6 +349,7 @@ class FunctionRunner:
             partition=record.partition, load=record.load, status=status, rows=dict(run.rows),
             duration_s=duration, commit_id=run.commit_ids[-1] if run.commit_ids else None,
             commit_ids=tuple(run.commit_ids), delta_pointer=run.committed_pointer, error=error,
+            truncated={table: dict(columns) for table, columns in run.truncated.items()},
         )  # fmt: skip
         if status == "COMPLETED":
             self.logger.info("run completed flow=%s run_id=%s rows=%s duration_s=%.3f "
@@ -349,15 +358,19 @@ class FunctionRunner:
         return result
 
 
-def _committed(run: _Run, rows: dict[str, int], commit_id: str, pointer: Any) -> None:
+def _committed(run: _Run, rows: dict[str, int], pending: PendingCommit, pointer: Any) -> None:
     run.rows.update(rows)
-    run.commit_ids.append(commit_id)
+    run.commit_ids.append(pending.commit_id)
     run.committed_pointer = pointer
+    for table, columns in pending.truncated.items():
+        counts = run.truncated.setdefault(table, {})
+        for column, count in columns.items():
+            counts[column] = counts.get(column, 0) + count
 
 
-def _check_run_args(function_name: str, load: str, dataflow: str, partition: str) -> LoadKind:
-    if load not in get_args(LoadKind):
-        raise ConfigError(f"load must be one of {', '.join(get_args(LoadKind))}, not {load!r}",
+def _check_run_args(function_name: str, load: str, dataflow: str, partition: str) -> LoadRequest:
+    if load not in get_args(LoadRequest):
+        raise ConfigError(f"load must be one of {', '.join(get_args(LoadRequest))}, not {load!r}",
                           flow=function_name)  # fmt: skip
     for name, value in (("dataflow", dataflow), ("partition", partition)):
         if not value or "|" in value or len(value) > 200:

@@ -1,9 +1,9 @@
 """One contract for every way a run is triggered: Azure Functions HTTP, container, CLI.
 
 Parameters come from the query string or a JSON body (the body wins): ``load``
-(``initial`` | ``delta``; default ``delta``, so a route that passes none, like the
-documentation's ``@app.route(route="LABWARE/run")``, runs the delta load; the runner runs the
-initial load instead while no delta pointer exists yet), ``dataflow`` (default ``default``),
+(``initial`` | ``delta`` | ``auto``; default ``auto``: a route that passes none, like the
+documentation's ``@app.route(route="LABWARE/run")``, runs the delta load, or the initial load
+while no delta pointer exists yet), ``dataflow`` (default ``default``),
 ``partition`` (default ``0``). The answer is the run's
 :class:`~producer_lib.runner.runner.RunResult` as JSON, with a status code that says what
 happened:
@@ -43,7 +43,7 @@ _PARAMS = ("load", "dataflow", "partition")
 class RunRequest:
     """What to run."""
 
-    load: str = "delta"
+    load: str = "auto"
     dataflow: str = "default"
     partition: str = "0"
 
@@ -53,7 +53,8 @@ def parse_run_request(
 ) -> RunRequest:
     """The run a request asks for, from its query string and optional JSON body.
 
-    Without ``load`` the request asks for the delta load.
+    Without ``load`` the request asks for ``auto``: the delta load, or the initial load while
+    no delta pointer exists yet.
 
     Raises:
         ConfigError: A parameter of the wrong shape or an unknown one (HTTP 400).

@@ -117,8 +117,6 @@ def test_a_request_without_load_runs_the_delta_load(flow_env):
     assert (status, body["load"], body["delta_pointer"]) == (200, "delta", 14)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the runner to run initial for a delta without "
-                   "a pointer (runner.py patch in the issue-18 report)")  # fmt: skip
 def test_a_request_without_load_and_without_a_pointer_runs_the_initial_load(flow_env):
     status, body = http(request())
     assert (status, body["load"], body["rows"]) == (200, "initial", {"TEST.NUMBERS": 11})
