@@ -40,6 +40,8 @@ class TransactionLedger:
         partitions: Stats per ``(topic, partition)``.
         failures: Delivery errors seen so far, as text.
         system_records: Records of system topics (``_execution_log``, ``_lineage``...).
+        truncated: Text values cut to their declared length (an opt-in), per table and
+            column; filled just before the commit.
     """
 
     transaction_time: int
@@ -47,6 +49,7 @@ class TransactionLedger:
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    truncated: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def count(self, topic: str, table: str, rows_per_partition: dict[int, int]) -> None:
         """Count produced rows of ``table`` by partition."""
@@ -111,8 +114,11 @@ class TransactionLedger:
             for (topic, partition), s in sorted(self.partitions.items())
             if s.rows
         ]  # fmt: skip
-        return {**header, "transaction_time": self.transaction_time, "tables": tables,
-                "partitions": partitions}  # fmt: skip
+        record = {**header, "transaction_time": self.transaction_time, "tables": tables,
+                  "partitions": partitions}  # fmt: skip
+        if self.truncated:
+            record["truncated"] = self.truncated
+        return record
 
 
 class PendingCommit:
@@ -122,11 +128,13 @@ class PendingCommit:
         commit_id: Id of the commit (also the key of its ``_commits`` record).
         transaction_time: The ``__change_time`` of its rows (µs since epoch, UTC).
         rows: Data rows per table (``<namespace>.<name>``) in this transaction.
+        truncated: Text values cut to their declared length, per table and column.
     """
 
     def __init__(self, commit_id: str, ledger: TransactionLedger) -> None:
         self.commit_id = commit_id
         self.transaction_time = ledger.transaction_time
+        self.truncated = ledger.truncated
         self.rows: dict[str, int] = {}
         for (_topic, table), rows in ledger.tables.items():
             self.rows[table] = self.rows.get(table, 0) + rows

@@ -15,6 +15,7 @@ import pyarrow as pa
 from producer_lib.errors import EncodeError, SchemaError
 from producer_lib.kafka.catalog import SchemaCatalog
 from producer_lib.schema.encoder import AvroEncoder
+from producer_lib.schema.rows import rows_to_arrow
 from producer_lib.schema.value_schema import TECHNICAL_FIELD_NAMES, KeySchema, ValueSchema
 
 __all__ = ["Target", "build_target", "check_columns", "relation", "row_table"]
@@ -111,10 +112,9 @@ def row_table(row: dict[str, Any], schema: pa.Schema, target: Target, kind: str)
                           topic=target.topic, table=target.table, columns=unknown)  # fmt: skip
     loose = pa.schema([field.with_nullable(True) for field in schema])
     try:
-        return pa.Table.from_pylist([row], schema=loose)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-        raise EncodeError(f"{kind} row does not fit its schema: {exc}", topic=target.topic,
-                          table=target.table) from exc  # fmt: skip
+        return rows_to_arrow([row], loose, table=target.table)
+    except EncodeError as exc:  # name the topic too: a table may feed several
+        raise EncodeError(exc.message, **{"topic": target.topic, **exc.context}) from exc
 
 
 _QUERY_WORDS = frozenset({"select", "with", "from", "values", "table", "pivot", "unpivot"})

@@ -259,6 +259,7 @@ class TransactionalProducer:
                 raise ProduceError(f"{remaining} message(s) not delivered in time",
                                    producer=self.transactional_id)  # fmt: skip
             ledger.check()
+            ledger.truncated = self._take_truncations()
             pending = PendingCommit(commit_id, ledger)
             for hook in list(self._commit_hooks):
                 hook(pending)
@@ -271,6 +272,10 @@ class TransactionalProducer:
             timeout = self._settings.transaction_timeout_ms / 1000
             self._run_txn("commit_transaction", lambda: kafka.commit_transaction(timeout))
         self._ledger = None
+        for table, columns in ledger.truncated.items():
+            self._log.warning("text truncated (opt-in) producer=%s commit_id=%s table=%s "
+                              "truncated=%s", self.transactional_id, commit_id, table,
+                              columns)  # fmt: skip
         self._log.info("committed producer=%s commit_id=%s transaction_time=%d rows=%d",
                        self.transactional_id, commit_id, ledger.transaction_time,
                        ledger.rows)  # fmt: skip
@@ -320,9 +325,14 @@ class TransactionalProducer:
         ledger = self._ledger
         return ledger is not None and bool(ledger.rows or ledger.system_records)
 
+    def _take_truncations(self) -> dict[str, dict[str, int]]:
+        """Text values cut since the last take, per table and column (targets know them)."""
+        return {}
+
     def _abort(self, reason: str) -> None:
         """Abort the open transaction; log (not raise) when even that fails."""
         ledger, self._ledger = self._ledger, None
+        self._take_truncations()  # the aborted rows' cuts are not counted
         if ledger is None or self._kafka is None or self._state != "open":
             return
         kafka, timeout = self._kafka, self._settings.transaction_timeout_ms / 1000

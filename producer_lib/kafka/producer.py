@@ -117,10 +117,12 @@ class KafkaProducer(TransactionalProducer):
 
         Raises:
             ProduceError: The topic cannot be created or a schema cannot be stored.
-            SchemaError: A schema is invalid.
+            SchemaError: A schema is invalid, or another topic already feeds the same table
+                (``namespace.name``) with a column whose type Delta cannot merge.
         """
         self._require_open()
         assert self._admin is not None and self._catalog is not None
+        self._catalog.check_binding(topic, value_schema, self._log)  # tables go by schema name
         count = ensure_topic(
             self._admin, topic, partitions or self._settings.topic_partitions,
             replication_factor=self._settings.topic_replication_factor,
@@ -130,6 +132,15 @@ class KafkaProducer(TransactionalProducer):
         self._targets[topic] = target
         self._log.info("target added topic=%s table=%s partitions=%d", topic, target.table, count)
         return target
+
+    def _take_truncations(self) -> dict[str, dict[str, int]]:
+        """Text values each target's encoder cut since the last take (opt-in truncation)."""
+        taken: dict[str, dict[str, int]] = {}
+        for target in self._targets.values():
+            for column, count in target.value_encoder.take_truncations().items():
+                per_table = taken.setdefault(target.table, {})
+                per_table[column] = per_table.get(column, 0) + count
+        return taken
 
     def _check_target(self, target: Target) -> None:
         if self._targets.get(getattr(target, "topic", None)) is not target:  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""KafkaProducer against the real broker: visibility, framing, _schemas, _commits, errors."""
+"""KafkaProducer against the real broker: visibility, framing, _flow_schemas, _commits, errors."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def _assert_murmur2_partitions(messages) -> None:
 def _assert_schemas_topic(bootstrap, topic, key_fp, value_fp, value_json) -> None:
     records = {
         (m.key(), json.loads(m.value())["subject"]): json.loads(m.value())
-        for m in consume_all(bootstrap, "_schemas")
+        for m in consume_all(bootstrap, "_flow_schemas")
     }
     value = records[(value_fp.hex().encode(), f"{topic}-value")]
     assert value == {
