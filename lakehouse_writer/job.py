@@ -11,10 +11,8 @@ idempotent per batch id, so a replay after a crash is harmless; a batch the stat
 holds is skipped outright. While the scan job runs, a second thread creates what the batch
 will write to and is missing (:meth:`BatchProcessor._make_ahead`); a running writer builds,
 between batches, the Delta state of the tables it just merged into
-(:meth:`BatchProcessor._warm_up`). Before the query starts, the topics regex is compiled by
-the JVM (:mod:`lakehouse_writer.topics`) and the cluster asked once whether it answers
-(:mod:`lakehouse_writer.probe`); a failed run says why in its status file
-(:mod:`lakehouse_writer.failure`).
+(:meth:`BatchProcessor._warm_up`). Failed runs: :mod:`~lakehouse_writer.failure`; the checks
+before the query starts: :mod:`~lakehouse_writer.topics`, :mod:`~lakehouse_writer.probe`.
 """
 
 from __future__ import annotations
@@ -35,7 +33,13 @@ from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter,
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
 from lakehouse_writer.probe import connect_timeout, probe_kafka
-from lakehouse_writer.read import DecodedBatch, decode_batch, with_raw_bytes
+from lakehouse_writer.read import (
+    SOURCE_DEFAULTS,
+    DecodedBatch,
+    decode_batch,
+    source_options,
+    with_raw_bytes,
+)
 from lakehouse_writer.reload import Speculation, offset_ranges, speculate
 from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
@@ -66,21 +70,12 @@ if TYPE_CHECKING:
 
     from lakehouse_writer.settings import LakehouseSettings
 
-__all__ = ["BatchProcessor", "lag_of", "run", "start"]
+__all__ = ["SOURCE_DEFAULTS", "BatchProcessor", "lag_of", "run", "start"]
 
 log = logging.getLogger(__name__)
 
 COMMITS = "_commits"
 LEGACY_TRUNCATES = "_truncates"  # where earlier versions kept the TRUNCATE log
-SOURCE_DEFAULTS = {
-    "startingOffsets": "earliest",
-    "kafka.isolation.level": "read_committed",  # never apply rows of open/aborted transactions
-    "failOnDataLoss": "true",  # a lost offset range must stop the writer, not skip rows
-    "includeHeaders": "false",
-    # A fetch at the end of a partition waits this long for more data; at the consumer's
-    # default (500 ms) every micro-batch paid about 1 s just for reaching its end offsets.
-    "kafka.fetch.max.wait.ms": "10",
-}
 _STOP_WAIT_S = 60.0  # bound on waiting for Spark to record the last batch on a stop
 _BAD_RECORD_SCHEMA = "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, " \
     "error STRING"  # fmt: skip
@@ -102,7 +97,7 @@ class BatchProcessor:
         ours: The topics regex as the JVM compiled it; None compiles ``topics_regex``.
 
     Attributes:
-        failure: Why the batch that failed failed (the query knows only a proxy's text).
+        failure: Why a batch failed (the query knows only a Python proxy's text of it).
     """
 
     def __init__(
@@ -175,11 +170,10 @@ class BatchProcessor:
                 raise WriterStopping("the writer is stopping; the batch is left for the next "
                                      "start", batch=batch_id)  # fmt: skip
             try:
-                if batch_id <= self.state.last_batch:
-                    log.info("batch skipped batch=%d reason=already applied (in %s)", batch_id,
-                             STATE)  # fmt: skip
-                    return
-                self._process(df, batch_id)
+                if batch_id > self.state.last_batch:
+                    self._process(df, batch_id)
+                else:
+                    log.info("batch skipped batch=%d reason=already applied", batch_id)
             except Exception as exc:
                 self.failure = Failure.of(exc, self._secrets)
                 raise
@@ -569,12 +563,7 @@ def _sole_schemas(expected: list[Expected], counts: dict[str, int]) -> set[bytes
 
 def topic_filter(regex: str) -> TopicFilter:
     """Python's reading of ``regex`` (for tests without a JVM; the writer uses TopicPattern)."""
-    try:
-        pattern = re.compile(regex)
-    except re.error:
-        log.warning("topics regex is not a Python regex; every commit counts as ours regex=%s",
-                    regex)  # fmt: skip
-        return lambda topic: True
+    pattern = re.compile(regex)
     return lambda topic: pattern.fullmatch(topic) is not None
 
 
@@ -587,23 +576,15 @@ def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> N
     query.stop()
 
 
-def source_options(settings: LakehouseSettings) -> dict[str, str]:
-    """The Kafka source's options but the subscription and limits (connection, isolation)."""
-    return {**SOURCE_DEFAULTS, **settings.spark_kafka_options()}
-
-
 def start(
     spark: SparkSession, settings: LakehouseSettings, once: bool,
     connect_timeout_s: float | None = None,
 ) -> tuple[StreamingQuery, BatchProcessor]:  # fmt: skip
     """Start the streaming query (``once``: drain what is there with availableNow).
 
-    First the topics regex is compiled by the JVM and Kafka asked once whether it answers
-    within ``connect_timeout_s`` (None: ``LAKEHOUSE_CONNECT_TIMEOUT_S``, else 30 s).
-
     Raises:
-        TopicPatternError: Java refuses the topics regex.
-        KafkaUnreachable: Kafka did not answer in time.
+        TopicPatternError: Java refuses the topics regex (checked first).
+        KafkaUnreachable: Kafka did not answer within ``connect_timeout_s``.
     """
     ours = TopicPattern(spark, settings.topics_regex)
     probe_kafka(settings.kafka_client_conf(), connect_timeout(connect_timeout_s))

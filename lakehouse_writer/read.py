@@ -34,9 +34,19 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from lakehouse_writer.scan import Decoded
+    from lakehouse_writer.settings import LakehouseSettings
 
 log = logging.getLogger(__name__)
 
+SOURCE_DEFAULTS = {
+    "startingOffsets": "earliest",
+    "kafka.isolation.level": "read_committed",  # never apply rows of open/aborted transactions
+    "failOnDataLoss": "true",  # a lost offset range must stop the writer, not skip rows
+    "includeHeaders": "false",
+    # A fetch at the end of a partition waits this long for more data; at the consumer's
+    # default (500 ms) every micro-batch paid about 1 s just for reaching its end offsets.
+    "kafka.fetch.max.wait.ms": "10",
+}
 HEADER = "__header"
 _CONFLUENT_LEN, _SINGLE_OBJECT_LEN = 5, 10
 
@@ -190,9 +200,7 @@ def _decode_one(
     out.summaries[ref] = summary
 
 
-def _summarize(
-    parsed: DataFrame, schema: ValueSchema, info: TableInfo
-) -> tuple[RowSummary, int]:
+def _summarize(parsed: DataFrame, schema: ValueSchema, info: TableInfo) -> tuple[RowSummary, int]:
     """The :class:`~lakehouse_writer.apply.RowSummary` of the rows that decoded.
 
     Also how many did not decode (their change type is null).
@@ -278,3 +286,8 @@ def with_raw_bytes(rejected: DataFrame, batch: DataFrame) -> DataFrame:
         *[F.coalesce(c, f"__{c[0]}").alias(c) if c in ("key", "value") else F.col(c)
           for c in rejected.columns]
     )  # fmt: skip
+
+
+def source_options(settings: LakehouseSettings) -> dict[str, str]:
+    """The Kafka source's options but the subscription and limits (connection, isolation)."""
+    return {**SOURCE_DEFAULTS, **settings.spark_kafka_options()}
