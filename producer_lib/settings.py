@@ -2,39 +2,125 @@
 
 Quickstart::
 
-    from producer_lib.settings import KafkaSettings, SchemaRegistrySettings
+    from producer_lib.settings import KafkaSettings, SchemaRegistrySettings, get_environment
 
     kafka = KafkaSettings()              # KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, ...
     conf = kafka.to_librdkafka()         # {"bootstrap.servers": ..., "sasl.mechanism": ...}
     registry = SchemaRegistrySettings()  # SCHEMA_REGISTRY_URL (optional), basic auth
+    oracle = OracleConnectionSettings("Labware-Source")  # user, password, dsn from a secret
+    environment = get_environment()      # FLOW_ENVIRONMENT, e.g. "dev"
 
 Each class is a frozen pydantic-settings model (a ``.env`` file in the working directory
 works too). Secrets are :class:`~pydantic.SecretStr`: ``repr``/``str`` show ``**********``
 and only :meth:`KafkaSettings.to_librdkafka` / :meth:`SchemaRegistrySettings.to_client_config`
 reveal them, to hand them to the client libraries. ``overrides`` (raw librdkafka keys) may
 carry secrets too and are never shown.
+
+A missing or contradictory setting raises :class:`~producer_lib.errors.ConfigError` naming
+the environment variable (``KAFKA_BOOTSTRAP_SERVERS is not set``), never pydantic's
+``ValidationError``: that one echoes every input value, passwords included.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, SecretStr, field_serializer, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from producer_lib.azure_utils import read_secret, secret_source
 from producer_lib.errors import ConfigError
 
-__all__ = ["KafkaSecretSettings", "KafkaSettings", "SchemaRegistrySettings"]
+__all__ = [
+    "EnvSettings",
+    "FlowSettings",
+    "KafkaSecretSettings",
+    "KafkaSettings",
+    "OracleConnectionSettings",
+    "SchemaRegistrySettings",
+    "get_environment",
+]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 OverrideValue = str | int | float | bool
 _SECRET_KEY = re.compile(r"password|secret|jaas|token|key", re.IGNORECASE)  # override keys to hide
 _MASK = "**********"
+_PARSE_FAILURE = re.compile(r'field "(\w+)"')  # pydantic-settings names the field it cannot parse
 
 
-class KafkaSettings(BaseSettings):
+class EnvSettings(BaseSettings):
+    """Base of the settings classes: frozen, ``.env`` aware, and silent about values.
+
+    A bad setting raises :class:`ConfigError` naming its environment variable; the message
+    is built without the input values (pydantic's own error would print them, secrets
+    included) and the ``ValidationError`` is not chained to it.
+    """
+
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", frozen=True, hide_input_in_errors=True
+    )
+    _what: ClassVar[str] = "settings"  # for the message: "invalid Kafka settings: ..."
+
+    def __init__(self, **values: Any) -> None:
+        """Read the settings; ``values`` (field names or variable names) win over the env.
+
+        Raises:
+            ConfigError: A setting is missing, malformed or contradicts another one.
+        """
+        try:
+            super().__init__(**values)
+            return
+        except ValidationError as exc:
+            problems = _describe_errors(type(self), exc)
+        except SettingsError as exc:  # a JSON setting that does not parse
+            found = _PARSE_FAILURE.search(str(exc))
+            field = found.group(1) if found else ""
+            problems = [f"{env_name(type(self), field)} is not valid JSON"]
+        # Raised here, outside the except blocks, so no traceback chains the pydantic error.
+        raise ConfigError(f"invalid {self._what}: {'; '.join(problems)}")
+
+
+def env_name(settings: type[BaseSettings], field: str) -> str:
+    """The environment variable of ``field`` of a settings class (its alias, else prefix+name)."""
+    info = settings.model_fields.get(field)
+    if info is not None and isinstance(info.validation_alias, str):
+        return info.validation_alias
+    if any(f.validation_alias == field for f in settings.model_fields.values()):
+        return field  # pydantic reports an aliased field by its alias
+    return f"{settings.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _describe_errors(settings: type[BaseSettings], exc: ValidationError) -> list[str]:
+    """One phrase per bad setting, naming its variable, without input values."""
+    problems: dict[tuple[Any, ...], str] = {}
+    for error in exc.errors(include_input=False, include_url=False, include_context=False):
+        loc = error["loc"]
+        message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if not loc:  # a model validator: its message names the variables itself
+            problems.setdefault((), message)
+            continue
+        name = env_name(settings, str(loc[0]))
+        where = f"{name}[{loc[1]!r}]" if len(loc) > 1 else name
+        if error["type"] == "missing":
+            problems.setdefault(loc[:2], f"{where} is not set")
+        else:  # a union reports every branch; its first one says enough
+            problems.setdefault(loc[:2], f"{where}: {message}")
+    return list(problems.values())
+
+
+class KafkaSettings(EnvSettings):
     """How to reach Kafka (env prefix ``KAFKA_``).
 
     Attributes:
@@ -58,9 +144,8 @@ class KafkaSettings(BaseSettings):
             they win over everything else.
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="KAFKA_", env_file=".env", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="KAFKA_")
+    _what: ClassVar[str] = "Kafka settings"
 
     bootstrap_servers: str = Field(min_length=1)
     security_protocol: SecurityProtocol = "PLAINTEXT"
@@ -80,11 +165,14 @@ class KafkaSettings(BaseSettings):
 
     @field_serializer("overrides")
     def _mask_overrides(self, overrides: dict[str, OverrideValue]) -> dict[str, OverrideValue]:
-        return {key: _MASK if _SECRET_KEY.search(key) else value
-                for key, value in overrides.items()}  # fmt: skip
+        return {
+            key: _MASK if _SECRET_KEY.search(key) else value for key, value in overrides.items()
+        }
 
     @model_validator(mode="after")
     def _check_security(self) -> KafkaSettings:
+        # The messages name variables and the closed-set values of protocol and mechanism
+        # only: a model validator's message reaches users verbatim.
         sasl = self.security_protocol.startswith("SASL_")
         if sasl and self.sasl_mechanism is None:
             raise ValueError(
@@ -92,9 +180,14 @@ class KafkaSettings(BaseSettings):
                 "(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER)"
             )
         if not sasl and self.sasl_mechanism is not None:
+            now = (
+                f"it is {self.security_protocol}"
+                if "security_protocol" in self.model_fields_set
+                else "KAFKA_SECURITY_PROTOCOL is not set"
+            )
             raise ValueError(
                 f"KAFKA_SASL_MECHANISM={self.sasl_mechanism} needs KAFKA_SECURITY_PROTOCOL "
-                f"SASL_SSL or SASL_PLAINTEXT, not {self.security_protocol}"
+                f"SASL_PLAINTEXT or SASL_SSL ({now})"
             )
         missing = self._missing_credentials()
         if missing:
@@ -168,7 +261,7 @@ class KafkaSecretSettings(KafkaSettings):
     """The name flows use for :class:`KafkaSettings` (same fields, same ``KAFKA_`` prefix)."""
 
 
-class SchemaRegistrySettings(BaseSettings):
+class SchemaRegistrySettings(EnvSettings):
     """An optional Confluent-compatible Schema Registry (env prefix ``SCHEMA_REGISTRY_``).
 
     Without ``SCHEMA_REGISTRY_URL`` schemas go to the embedded ``_schemas`` topic.
@@ -179,9 +272,8 @@ class SchemaRegistrySettings(BaseSettings):
         basic_auth_password: Basic auth password (secret).
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="SCHEMA_REGISTRY_", env_file=".env", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="SCHEMA_REGISTRY_")
+    _what: ClassVar[str] = "schema registry settings"
 
     url: str | None = None
     basic_auth_user: str | None = None
@@ -227,15 +319,105 @@ def _reveal(secret: SecretStr | None) -> str:
     return secret.get_secret_value() if secret is not None else ""
 
 
-class FlowSettings(BaseSettings):
+def _default_environment() -> str:
+    return os.environ.get("AZURE_FUNCTIONS_ENVIRONMENT", "").strip().lower() or "dev"
+
+
+class FlowSettings(EnvSettings):
     """Where a flow runs (env prefix ``FLOW_``), for runners that build their own producer.
 
     Attributes:
-        environment: Deployment environment, part of every transactional id
-            (``FLOW_ENVIRONMENT``, e.g. ``dev``, ``prod``).
+        environment: Deployment environment, part of every transactional id: see
+            :func:`get_environment`.
     """
 
-    model_config = SettingsConfigDict(env_prefix="FLOW_", env_file=".env", extra="ignore",
-                                      frozen=True)  # fmt: skip
+    model_config = SettingsConfigDict(env_prefix="FLOW_")
+    _what: ClassVar[str] = "flow settings"
 
-    environment: str = Field(default="dev", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    environment: str = Field(
+        default_factory=_default_environment, min_length=1, pattern=r"^[A-Za-z0-9_-]+$"
+    )
+
+
+def get_environment() -> str:
+    """The deployment environment (``dev``, ``test``, ``prod``...), KafkaProducer's 4th argument.
+
+    The rule: ``FLOW_ENVIRONMENT`` (environment or ``.env``) when set; else the Azure
+    Functions host's ``AZURE_FUNCTIONS_ENVIRONMENT`` in lower case (``Development`` ->
+    ``development``); else ``dev``. Letters, digits, ``_`` and ``-`` only: it becomes part of
+    the producer's transactional id. The runner's own producer uses the same value.
+
+    Raises:
+        ConfigError: The value has other characters.
+    """
+    return FlowSettings().environment
+
+
+class OracleConnectionSettings(BaseModel):
+    """How to reach an Oracle database, from one secret (see :func:`azure_utils.read_secret`).
+
+    The secret's value is a JSON object ``{"user": ..., "password": ..., "dsn": ...}`` or a
+    connect string ``user/password@dsn`` (the password may hold ``/`` and ``@``: the user
+    ends at the first ``/``, the DSN starts after the last ``@``). ``dsn`` is what
+    python-oracledb takes: ``host:port/service`` or a TNS alias or descriptor.
+
+    Args:
+        secret_name: Name of the secret, e.g. ``"Labware-Source"`` (Key Vault when
+            ``AZURE_KEY_VAULT_URL`` is set, else ``SECRET_LABWARE_SOURCE``).
+
+    Raises:
+        ConfigError: The secret is missing or its value has neither form (the value is
+            never part of the message).
+    """
+
+    model_config = ConfigDict(frozen=True, hide_input_in_errors=True)
+
+    secret_name: str
+    user: str = Field(min_length=1)
+    password: SecretStr
+    dsn: str = Field(min_length=1)
+
+    def __init__(self, secret_name: str) -> None:  # noqa: D107 (documented on the class)
+        fields = _parse_oracle_secret(secret_name, read_secret(secret_name))
+        try:
+            super().__init__(secret_name=secret_name, **fields)
+            return
+        except ValidationError as exc:
+            bad = sorted({str(e["loc"][0]) for e in exc.errors(include_input=False) if e["loc"]})
+        raise ConfigError(
+            f"the Oracle secret has an empty or invalid {', '.join(bad)}: expected {_ORACLE_FORMS}",
+            secret=secret_name,
+            source=secret_source(secret_name),
+        )
+
+
+_ORACLE_KEYS = ("user", "password", "dsn")
+_ORACLE_FORMS = '{"user": ..., "password": ..., "dsn": ...} or user/password@dsn'
+
+
+def _parse_oracle_secret(secret_name: str, value: str) -> dict[str, str]:
+    """``user``, ``password`` and ``dsn`` of an Oracle secret (JSON or user/password@dsn)."""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            problem = "it starts with { but is not a JSON object"
+        elif all(isinstance(parsed.get(k), str) for k in _ORACLE_KEYS):
+            return {k: parsed[k] for k in _ORACLE_KEYS}
+        else:  # name the expected keys only: a stray key might be a pasted password
+            bad = [k for k in _ORACLE_KEYS if not isinstance(parsed.get(k), str)]
+            problem = f"its JSON object lacks the string key(s) {', '.join(bad)}"
+    else:
+        user, slash, rest = text.partition("/")
+        password, at, dsn = rest.rpartition("@")
+        if slash and at:
+            return {"user": user, "password": password, "dsn": dsn}
+        problem = "no / before an @"
+    raise ConfigError(
+        f"the Oracle secret has neither accepted form ({problem}): expected {_ORACLE_FORMS}",
+        secret=secret_name,
+        source=secret_source(secret_name),
+    )
