@@ -4,28 +4,46 @@ Quickstart::
 
     settings = LakehouseSettings()                     # LAKEHOUSE_PATH=... etc.
     settings = LakehouseSettings(lakehouse_path="/data/lake", checkpoint_path="/data/ckpt")
+
+Kafka and the schema registry are reached with producer_lib's own settings
+(:class:`~producer_lib.settings.KafkaSettings`, ``KAFKA_*``;
+:class:`~producer_lib.settings.SchemaRegistrySettings`, ``SCHEMA_REGISTRY_*``): the writer
+refuses what the producer refuses, and a bad setting raises
+:class:`~producer_lib.errors.ConfigError` naming the variable, never its value.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Any, ClassVar
+
+from pydantic import Field, PrivateAttr
+
+from producer_lib.settings import EnvSettings, KafkaSettings, SchemaRegistrySettings
 
 # Kafka's own internal topics start with "__"; `_schemas` holds the catalog, not rows.
 DEFAULT_TOPICS_REGEX = r"(?!__|_schemas$).+"
+_KAFKA_PREFIX = "KAFKA_"
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+}
+# The client-credentials flow of the Java client (kafka-clients 3.4+, 4.x).
+_OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 
 
-class LakehouseSettings(BaseSettings):
+class LakehouseSettings(EnvSettings):
     """Where the writer reads from and writes to, and how big its micro-batches are.
+
+    Every ``KAFKA_*`` variable of :class:`~producer_lib.settings.KafkaSettings` applies
+    (security protocol, SASL, OAuth, CA bundle); ``KAFKA_*`` keyword arguments (variable
+    names) are handed to it, and ``kafka=`` takes a ready one.
 
     Attributes:
         lakehouse_path: Root of the Delta tables (``LAKEHOUSE_PATH``).
         checkpoint_path: Streaming checkpoint (``LAKEHOUSE_CHECKPOINT_PATH``).
-        kafka_bootstrap_servers: ``KAFKA_BOOTSTRAP_SERVERS``.
-        kafka_security_protocol: ``KAFKA_SECURITY_PROTOCOL`` (PLAINTEXT, SSL, SASL_SSL ...).
-        kafka_sasl_mechanism: ``KAFKA_SASL_MECHANISM``.
-        kafka_sasl_username: ``KAFKA_SASL_USERNAME``.
-        kafka_sasl_password: ``KAFKA_SASL_PASSWORD`` (never logged).
+        kafka_bootstrap_servers: ``KAFKA_BOOTSTRAP_SERVERS``; the devstack broker by default.
         schema_registry_url: ``SCHEMA_REGISTRY_URL``; Confluent-framed rows need it.
         topics_regex: Java regex of the topics to subscribe to (``LAKEHOUSE_TOPICS_REGEX``).
         trigger_interval_s: Seconds between micro-batches (``LAKEHOUSE_TRIGGER_INTERVAL_S``).
@@ -39,19 +57,15 @@ class LakehouseSettings(BaseSettings):
         lineage_topic: Lineage documents (``_lineage``).
     """
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+    _what: ClassVar[str] = "writer settings"
 
     lakehouse_path: str = Field("lakehouse", validation_alias="LAKEHOUSE_PATH")
     checkpoint_path: str = Field(
         "lakehouse_checkpoint", validation_alias="LAKEHOUSE_CHECKPOINT_PATH"
     )
     kafka_bootstrap_servers: str = Field(
-        "127.0.0.1:19092", validation_alias="KAFKA_BOOTSTRAP_SERVERS"
+        "127.0.0.1:19092", min_length=1, validation_alias="KAFKA_BOOTSTRAP_SERVERS"
     )
-    kafka_security_protocol: str | None = Field(None, validation_alias="KAFKA_SECURITY_PROTOCOL")
-    kafka_sasl_mechanism: str | None = Field(None, validation_alias="KAFKA_SASL_MECHANISM")
-    kafka_sasl_username: str | None = Field(None, validation_alias="KAFKA_SASL_USERNAME")
-    kafka_sasl_password: SecretStr | None = Field(None, validation_alias="KAFKA_SASL_PASSWORD")
     schema_registry_url: str | None = Field(None, validation_alias="SCHEMA_REGISTRY_URL")
     topics_regex: str = Field(DEFAULT_TOPICS_REGEX, validation_alias="LAKEHOUSE_TOPICS_REGEX")
     trigger_interval_s: float = Field(10.0, validation_alias="LAKEHOUSE_TRIGGER_INTERVAL_S")
@@ -67,35 +81,99 @@ class LakehouseSettings(BaseSettings):
         "_execution_log", validation_alias="LAKEHOUSE_EXECUTION_LOG_TOPIC"
     )
     lineage_topic: str = Field("_lineage", validation_alias="LAKEHOUSE_LINEAGE_TOPIC")
+    _kafka: KafkaSettings = PrivateAttr()
+    _registry: SchemaRegistrySettings = PrivateAttr()
 
-    def kafka_client_conf(self) -> dict[str, str]:
-        """Librdkafka settings (dotted keys) for the driver-side consumer."""
-        conf = {"bootstrap.servers": self.kafka_bootstrap_servers}
-        if self.kafka_security_protocol:
-            conf["security.protocol"] = self.kafka_security_protocol
-        if self.kafka_sasl_mechanism:
-            conf["sasl.mechanism"] = self.kafka_sasl_mechanism
-        if self.kafka_sasl_username:
-            conf["sasl.username"] = self.kafka_sasl_username
-        if self.kafka_sasl_password:
-            conf["sasl.password"] = self.kafka_sasl_password.get_secret_value()
-        return conf
+    def __init__(self, kafka: KafkaSettings | None = None, **values: Any) -> None:
+        """Read the settings; ``values`` win over the environment.
+
+        Raises:
+            ConfigError: A writer, Kafka or registry setting is missing or inconsistent.
+        """
+        kafka_values = {
+            key.removeprefix(_KAFKA_PREFIX).lower(): values.pop(key)
+            for key in [k for k in values if k.startswith(_KAFKA_PREFIX)]
+            if key != "KAFKA_BOOTSTRAP_SERVERS"
+        }
+        super().__init__(**values)
+        self._kafka = kafka or KafkaSettings(
+            bootstrap_servers=self.kafka_bootstrap_servers, **kafka_values
+        )
+        registry = {"url": self.schema_registry_url} if self.schema_registry_url else {}
+        self._registry = SchemaRegistrySettings(**registry)
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        """The Kafka connection (producer_lib's settings, validated the same way)."""
+        return self._kafka
+
+    @property
+    def registry(self) -> SchemaRegistrySettings:
+        """The schema registry connection (``SCHEMA_REGISTRY_*``)."""
+        return self._registry
+
+    def kafka_client_conf(self) -> dict[str, Any]:
+        """Librdkafka settings (dotted keys, secrets revealed) for the driver-side consumer."""
+        return self._kafka.to_librdkafka()
 
     def spark_kafka_options(self) -> dict[str, str]:
-        """The same settings as Spark Kafka source options (``kafka.`` prefix)."""
-        return {f"kafka.{k}": v for k, v in self.kafka_client_conf().items() if "sasl" not in k} | (
-            self._jaas() if self.kafka_sasl_username else {}
-        )
+        """The same connection as Spark Kafka source options (Java client keys, ``kafka.``).
 
-    def _jaas(self) -> dict[str, str]:
-        password = self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else ""
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if (self.kafka_sasl_mechanism or "PLAIN") == "PLAIN"
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
-        jaas = f'{module} required username="{self.kafka_sasl_username}" password="{password}";'
-        return {
-            "kafka.sasl.mechanism": self.kafka_sasl_mechanism or "PLAIN",
-            "kafka.sasl.jaas.config": jaas,
+        ``KAFKA_OVERRIDES`` are librdkafka keys and apply to the driver-side consumer only.
+        Secrets are revealed (inside ``kafka.sasl.jaas.config``): never log the result.
+        """
+        kafka = self._kafka
+        options = {
+            "kafka.bootstrap.servers": kafka.bootstrap_servers,
+            "kafka.security.protocol": kafka.security_protocol,
         }
+        if kafka.ssl_ca_location:  # the Java client reads a PEM bundle as a truststore
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = kafka.ssl_ca_location
+        if kafka.sasl_mechanism is not None:
+            options["kafka.sasl.mechanism"] = kafka.sasl_mechanism
+            options["kafka.sasl.jaas.config"] = jaas_config(kafka)
+        if kafka.sasl_mechanism == "OAUTHBEARER":
+            options["kafka.sasl.login.callback.handler.class"] = _OAUTH_HANDLER
+            options["kafka.sasl.oauthbearer.token.endpoint.url"] = (
+                kafka.oauth_token_endpoint_url or ""
+            )
+        return options
+
+
+def jaas_config(kafka: KafkaSettings) -> str:
+    """The Java client's ``sasl.jaas.config`` for ``kafka``'s SASL mechanism.
+
+    ``org.apache.kafka.common.security.plain.PlainLoginModule required username="..."
+    password="...";`` (SCRAM and OAuth alike), every value quoted with :func:`jaas_quote`.
+    """
+    mechanism = kafka.sasl_mechanism or "PLAIN"
+    if mechanism == "OAUTHBEARER":
+        secret = kafka.oauth_client_secret
+        options = {
+            "clientId": kafka.oauth_client_id or "",
+            "clientSecret": secret.get_secret_value() if secret is not None else "",
+        }
+        if kafka.oauth_scope:
+            options["scope"] = kafka.oauth_scope
+    else:
+        password = kafka.sasl_password
+        options = {
+            "username": kafka.sasl_username or "",
+            "password": password.get_secret_value() if password is not None else "",
+        }
+    pairs = " ".join(f"{key}={jaas_quote(value)}" for key, value in options.items())
+    return f"{_LOGIN_MODULES[mechanism]} required {pairs};"
+
+
+def jaas_quote(value: str) -> str:
+    r"""``value`` as a double-quoted JAAS string that Kafka's parser reads back unchanged.
+
+    Kafka parses ``sasl.jaas.config`` with ``java.io.StreamTokenizer``: inside quotes a
+    backslash starts an escape and a line break ends the string, so ``\``, ``"`` and line
+    breaks are escaped.
+    """
+    escaped = (
+        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    )
+    return f'"{escaped}"'
