@@ -120,10 +120,11 @@ def record_failure(checkpoint: str, stats: BatchStats, failure: Failure) -> str:
 
 
 def secrets_of(settings: BaseModel) -> list[str]:
-    """The values of every secret in ``settings`` (nested settings included)."""
+    """The values of every secret in ``settings``, nested settings (private ones too) included."""
     found: list[str] = []
-    for name in type(settings).model_fields:
-        value = getattr(settings, name)
+    values = [getattr(settings, name) for name in type(settings).model_fields]
+    values += list((settings.__pydantic_private__ or {}).values())
+    for value in values:
         if isinstance(value, SecretStr):
             found.append(value.get_secret_value())
         elif isinstance(value, BaseModel):

@@ -13,8 +13,9 @@ import time
 import pytest
 
 from lakehouse_writer import job
+from lakehouse_writer.cli import main
 from lakehouse_writer.errors import TopicPatternError, WriterFailed
-from lakehouse_writer.failure import Failure
+from lakehouse_writer.failure import Failure, secrets_of
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.status import read_status
 from lakehouse_writer.topics import TopicPattern
@@ -147,3 +148,24 @@ def test_a_failure_names_the_innermost_java_cause_without_secrets(spark, tmp_pat
     failure = Failure.of(caught.value, secrets=[secret])
     assert failure.cause.startswith("AnalysisException: ") and "***" in failure.cause
     assert secret not in failure.cause and secret not in failure.trace
+
+
+def test_a_failed_start_shows_no_secret_anywhere(tmp_path, monkeypatch, capsys, caplog):
+    secrets = {"KAFKA_SASL_PASSWORD": "kafka-pw-51c0", "KAFKA_OAUTH_CLIENT_SECRET": "oauth-7d2e",
+               "SCHEMA_REGISTRY_BASIC_AUTH_PASSWORD": "registry-pw-a4b9"}  # fmt: skip
+    env = {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
+           "KAFKA_SASL_USERNAME": "writer", "SCHEMA_REGISTRY_URL": "http://127.0.0.1:1",
+           "SCHEMA_REGISTRY_BASIC_AUTH_USER": "reader", **secrets}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = LakehouseSettings(**writer_env(str(tmp_path / "lake"), "ckpt", UNREACHABLE))
+    assert sorted(secrets_of(settings)) == sorted(secrets.values())  # nested settings too
+    checkpoint = tmp_path / "ckpt"
+    argv = ["run", "--lakehouse", str(tmp_path / "lake"), "--checkpoint", str(checkpoint),
+            "--bootstrap-servers", UNREACHABLE, "--connect-timeout", "1", "--once"]  # fmt: skip
+    code = main(argv)
+    out = capsys.readouterr()
+    shown = [out.out, out.err, caplog.text, *(p.read_text() for p in checkpoint.iterdir())]
+    assert code == 1 and "KafkaUnreachable" in (read_status(str(checkpoint)) or {})["error"]
+    for secret in secrets.values():
+        assert not [text for text in shown if secret in text], secret
