@@ -29,7 +29,9 @@ The names of the flow authors' documentation work as written there: ``Producer``
 set, else the environment variable ``SECRET_<NAME>``).
 """
 
-from producer_lib import azure_utils
+from typing import TYPE_CHECKING, Any
+
+from producer_lib import azure_utils, sources
 from producer_lib.errors import (
     ConfigError,
     EncodeError,
@@ -80,13 +82,10 @@ from producer_lib.settings import (
     SchemaRegistrySettings,
     get_environment,
 )
-from producer_lib.sources import (
-    DuckDBReader,
-    OracleReader,
-    PostgresReader,
-    RestReader,
-    SourceAdapter,
-)
+from producer_lib.sources import DuckDBReader, SourceAdapter
+
+if TYPE_CHECKING:  # readers whose client library is an extra load on first use
+    from producer_lib.sources import OracleReader, PostgresReader, RestReader
 
 Producer = KafkaProducer  # the documentation's type hint: `producer: Producer`
 
@@ -146,3 +145,10 @@ __all__ = [
     "create_truncate_row",
     "get_environment",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Readers whose client library is an extra import it on first use (``[oracle]``, ...)."""
+    if name in ("OracleReader", "PostgresReader", "RestReader"):
+        return getattr(sources, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,6 +17,7 @@ their client libraries (psycopg, oracledb, aiohttp) only when used.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
@@ -28,10 +29,10 @@ if TYPE_CHECKING:
     from producer_lib.sources.postgres import PostgresReader
     from producer_lib.sources.rest import RestReader
 
-_LAZY = {
-    "OracleReader": "producer_lib.sources.oracle",
-    "PostgresReader": "producer_lib.sources.postgres",
-    "RestReader": "producer_lib.sources.rest",
+_LAZY = {  # reader -> (module, the extra that installs its client library)
+    "OracleReader": ("producer_lib.sources.oracle", "oracle"),
+    "PostgresReader": ("producer_lib.sources.postgres", "postgres"),
+    "RestReader": ("producer_lib.sources.rest", "rest"),
 }
 
 __all__ = [
@@ -50,7 +51,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Import a reader with an optional client library on first use."""
     if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, extra = _LAZY[name]
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                f"{name} needs {exc.name}: pip install 'flow-platform[{extra}]'", name=exc.name
+            ) from exc
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

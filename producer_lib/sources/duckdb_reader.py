@@ -72,8 +72,15 @@ class DuckDBReader(SourceAdapter):
         return _DELTA_SCAN.sub(lambda m: self._delta_view(m.group(1).replace("''", "'")), sql)
 
     def _delta_view(self, path: str) -> str:
-        from deltalake import DeltaTable  # only the fallback needs delta-rs
-        from deltalake.exceptions import TableNotFoundError
+        try:  # only the fallback needs delta-rs, an extra of its own
+            from deltalake import DeltaTable
+            from deltalake.exceptions import TableNotFoundError
+        except ModuleNotFoundError as exc:
+            raise SourceError(
+                "reading a Delta table needs DuckDB's delta extension: pip "
+                "install 'flow-platform[lakehouse]'",
+                path=path,
+            ) from exc
 
         try:
             dataset = DeltaTable(path).to_pyarrow_dataset()
