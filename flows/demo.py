@@ -68,8 +68,10 @@ def _pipeline(bootstrap: str, work: Path) -> bool:
     _step(f"generate the TPC-H source system (scale factor {SCALE})",
           lambda: create_source(source, SCALE))  # fmt: skip
     _show_run(_step("tpch flow: initial load", lambda: asyncio.run(TpchFlow().run("initial"))))
-    changes = _step("change the source: update, add and delete orders",
-                    lambda: apply_changes(source, updated=200, added=100, deleted=50))
+    changes = _step(
+        "change the source: update, add and delete orders",
+        lambda: apply_changes(source, updated=200, added=100, deleted=50),
+    )
     print(f"   {changes}")
     _show_run(_step("tpch flow: delta load", lambda: asyncio.run(TpchFlow().run("delta"))))
     _writer(work, bootstrap, run_id)
@@ -111,8 +113,10 @@ def _writer(work: Path, bootstrap: str, run_id: str) -> None:
                "--topics", f"demo_{run_id}\\..*", "--bootstrap-servers", bootstrap]  # fmt: skip
     log = work / "writer.log"
     with log.open("a") as out:
-        code = _step("lakehouse-writer run --once (Spark, local[2])",
-                     lambda: subprocess.call(command, stdout=out, stderr=subprocess.STDOUT))
+        code = _step(
+            "lakehouse-writer run --once (Spark, local[2])",
+            lambda: subprocess.call(command, stdout=out, stderr=subprocess.STDOUT),
+        )
     if code != 0:
         print(log.read_text()[-4000:])
         raise SystemExit(f"the lakehouse writer failed (exit code {code}); log above")

@@ -103,7 +103,8 @@ class LakehouseFlow(FunctionRunner):
     def _figures(reader: SourceAdapter) -> dict[str, list[str]]:
         """The staged result as ``{segment: [order_count, revenue]}`` (text: JSON-exact)."""
         rows = reader.connection.execute(
-            "SELECT segment, order_count, revenue FROM revenue_by_segment").fetchall()
+            "SELECT segment, order_count, revenue FROM revenue_by_segment"
+        ).fetchall()
         return {segment: [str(count), str(revenue)] for segment, count, revenue in rows}
 
 

@@ -73,15 +73,23 @@ class TpchFlow(FunctionRunner):
         keys = TABLES[table]
         on = " AND ".join(f"t.{k} = c.k{i + 1}" for i, k in enumerate(keys))
         await reader.load(f"{table}_changes", _latest_changes(table, since, until), NAMESPACE)
-        target = await self._load(producer, reader, table, f"SELECT t.* FROM src.{table} t "
-                                  f"SEMI JOIN {table}_changes c ON {on} AND c.op <> 'D'")
+        target = await self._load(
+            producer,
+            reader,
+            table,
+            f"SELECT t.* FROM src.{table} t SEMI JOIN {table}_changes c ON {on} AND c.op <> 'D'",
+        )
         for op, row_type in (("I", RowType.INSERT), ("U", RowType.UPDATE)):
             producer.produce_from_duckdb(
                 f"SELECT t.* FROM {table} t SEMI JOIN {table}_changes c ON {on} "
                 f"AND c.op = '{op}'", target, BATCH_ROWS, row_type,
             )  # fmt: skip
-        await reader.load(f"{table}_deleted", f"SELECT t.* EXCLUDE (seq) FROM src.deleted_{table} "
-                          f"t SEMI JOIN {table}_changes c ON {on} AND c.op = 'D'", NAMESPACE)
+        await reader.load(
+            f"{table}_deleted",
+            f"SELECT t.* EXCLUDE (seq) FROM src.deleted_{table} "
+            f"t SEMI JOIN {table}_changes c ON {on} AND c.op = 'D'",
+            NAMESPACE,
+        )
         producer.produce_from_duckdb(f"{table}_deleted", target, BATCH_ROWS, RowType.DELETE)
 
     async def _load(self, producer: KafkaProducer, reader: SourceAdapter, table: str,

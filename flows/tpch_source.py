@@ -95,10 +95,14 @@ def _add(con: duckdb.DuckDBPyConnection, templates: list[int], top: int, seq: in
     mapping = ", ".join(f"({old}, {key})" for old, key in new)
     con.execute(f"CREATE TEMP TABLE new_keys(old BIGINT, new BIGINT); "
                 f"INSERT INTO new_keys VALUES {mapping}")  # fmt: skip
-    con.execute("INSERT INTO orders SELECT o.* REPLACE (n.new AS o_orderkey, "
-                "'new order' AS o_comment) FROM orders o JOIN new_keys n ON o.o_orderkey = n.old")
-    con.execute("INSERT INTO lineitem SELECT l.* REPLACE (n.new AS l_orderkey) "
-                "FROM lineitem l JOIN new_keys n ON l.l_orderkey = n.old")
+    con.execute(
+        "INSERT INTO orders SELECT o.* REPLACE (n.new AS o_orderkey, "
+        "'new order' AS o_comment) FROM orders o JOIN new_keys n ON o.o_orderkey = n.old"
+    )
+    con.execute(
+        "INSERT INTO lineitem SELECT l.* REPLACE (n.new AS l_orderkey) "
+        "FROM lineitem l JOIN new_keys n ON l.l_orderkey = n.old"
+    )
     con.execute("DROP TABLE new_keys")
     return _log(con, seq, "I", f"IN ({_in_list([key for _, key in new])})")
 

@@ -301,9 +301,7 @@ def _unknown_type_rows(
     error = F.concat(F.lit("unknown __change_type "), F.coalesce("__change_type", F.lit("null")))
     for t in bad_truncates:
         cols = ", ".join(unknown_columns(t, table.columns))
-        hit = (F.col("__change_type") == "T") & (
-            F.unix_micros("__change_time") == F.lit(t.time_us)
-        )
+        hit = (F.col("__change_type") == "T") & (F.unix_micros("__change_time") == F.lit(t.time_us))
         bad = bad | hit
         error = F.when(hit, F.lit(f"TRUNCATE scope names unknown columns: {cols}")).otherwise(error)
     return rejected_rows(df.filter(bad), error, table.ref.qualified)
@@ -483,8 +481,11 @@ def moved_keys(rows: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     paired = (F.col("b.__change_time") == F.col("u.__change_time")) & (same_rowid | next_offset)
     same_key = [F.col(f"b.{_q(k)}").eqNullSafe(F.col(f"u.{_q(k)}")) for k in keys]
     moved = ~_all(same_key)
-    return b.join(u, paired, "inner").filter(moved).select("b.*").dropDuplicates(
-        ["partition", "offset"]
+    return (
+        b.join(u, paired, "inner")
+        .filter(moved)
+        .select("b.*")
+        .dropDuplicates(["partition", "offset"])
     )
 
 

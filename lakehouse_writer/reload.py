@@ -84,7 +84,9 @@ def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
 
 
 def range_read(
-    spark: SparkSession, options: Mapping[str, str], ranges: OffsetRanges,
+    spark: SparkSession,
+    options: Mapping[str, str],
+    ranges: OffsetRanges,
     min_partitions: int | None = None,
 ) -> DataFrame | None:
     """A Kafka batch read of exactly ``ranges``; None when they hold no offsets.
@@ -109,9 +111,7 @@ def range_read(
     )  # fmt: skip
 
 
-def refusal(
-    summary: RowSummary, undecoded: int, applied: Sequence[Truncate]
-) -> str | None:
+def refusal(summary: RowSummary, undecoded: int, applied: Sequence[Truncate]) -> str | None:
     """Why the rows summarized are not a reload the fast path appends as they are; None if they are.
 
     A reload: every row decoded with the one schema, only upserts besides TRUNCATEs, at least

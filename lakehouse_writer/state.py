@@ -81,8 +81,17 @@ class BatchChanges:
         return [
             *(row("offset", topic=t, partition=p, offset=o) for (t, p), o in self.offsets.items()),
             *(row("table", table=t, version=v) for t, v in self.versions.items()),
-            *(row("pending", topic=c.topic, partition=c.partition, offset=c.offset,
-                  commit_id=c.commit_id, record=c.raw) for c in self.pending),  # fmt: skip
+            *(
+                row(
+                    "pending",
+                    topic=c.topic,
+                    partition=c.partition,
+                    offset=c.offset,
+                    commit_id=c.commit_id,
+                    record=c.raw,
+                )
+                for c in self.pending
+            ),  # fmt: skip
             *(row("done", commit_id=c) for c in self.done),
             *(row("stopped", table=t, error=e) for t, e in self.stopped.items()),
             *(row(TRUNCATE, table=t, record=r) for t, r in self.truncates),

@@ -36,8 +36,11 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
     return func.HttpResponse(json.dumps(body), mimetype="application/json")
 
 
-@app.timer_trigger(schedule=os.environ.get("FLOW_DELTA_SCHEDULE", "0 */15 * * * *"),
-                   arg_name="timer", run_on_startup=False)
+@app.timer_trigger(
+    schedule=os.environ.get("FLOW_DELTA_SCHEDULE", "0 */15 * * * *"),
+    arg_name="timer",
+    run_on_startup=False,
+)
 async def scheduled_delta(timer: func.TimerRequest) -> None:
     """A delta load on a schedule (``FLOW_DELTA_SCHEDULE``, NCRONTAB; default every 15 min)."""
     result = await runner.run("delta")

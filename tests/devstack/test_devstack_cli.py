@@ -49,8 +49,8 @@ def test_up_twice_status_env_down(own_stack, capsys):
 
     assert main(["status"]) == 0
     assert main(["env"]) == 0
-    assert capsys.readouterr().out.strip().endswith(
-        f"KAFKA_BOOTSTRAP_SERVERS={own_stack.bootstrap}"
+    assert (
+        capsys.readouterr().out.strip().endswith(f"KAFKA_BOOTSTRAP_SERVERS={own_stack.bootstrap}")
     )
 
     assert main(["down"]) == 0

@@ -58,8 +58,9 @@ def test_initial_then_delta_publishes_only_changed_segments(lake, spark, kafka_b
           "o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(15,2)")  # fmt: skip
     delta = asyncio.run(LakehouseFlow().run("delta"))
     assert delta.delta_pointer["versions"] == {"orders": 1, "customer": 0}
-    assert published(kafka_bootstrap)[len(rows):] == [
-        ("A", "BUILDING", 3, Decimal("77.00")), ("X", "MACHINERY", None, None),
+    assert published(kafka_bootstrap)[len(rows) :] == [
+        ("A", "BUILDING", 3, Decimal("77.00")),
+        ("X", "MACHINERY", None, None),
     ]
 
     again = asyncio.run(LakehouseFlow().run("delta"))  # no new Delta version: nothing to do

@@ -158,8 +158,16 @@ def test_commit_row_waits_for_all_its_rows_and_survives_restarts(spark, lake, mo
 def test_incompatible_schema_stops_only_that_table_also_after_a_restart(spark, lake, caplog):
     make, path, checkpoint = lake
     first = make()
-    first(kafka_rows(spark, [*row_messages("orders", ORDERS, _orders(1)),
-                             *row_messages("customers", CUSTOMERS, [_customer(1)])]), 0)
+    first(
+        kafka_rows(
+            spark,
+            [
+                *row_messages("orders", ORDERS, _orders(1)),
+                *row_messages("customers", CUSTOMERS, [_customer(1)]),
+            ],
+        ),
+        0,
+    )
     bad = {"ID": 2, "AMOUNT": "12,50 EUR", "__change_type": "I", "__change_time": T0 + 2}
     with caplog.at_level(logging.ERROR, logger="lakehouse_writer"):
         first(kafka_rows(spark, [
@@ -214,7 +222,13 @@ def test_execution_log_and_lineage_records_land_parsed(spark, lake):
     assert runs["run-2"].finished_at is None and runs["run-2"].status == "STARTED"
     got = runs["run-1"]
     assert (got.key, got.run_id, got.status, got.load, got.partition, got.commit_id) == (
-        "shop_flow|ORDERS|0", "run-1", "COMPLETED", "delta", "0", "c-1")
+        "shop_flow|ORDERS|0",
+        "run-1",
+        "COMPLETED",
+        "delta",
+        "0",
+        "c-1",
+    )
     assert got.rows == {"SHOP.ORDERS": 3}
     assert json.loads(got.delta_pointer) == {"since": "2024-05-01"}
     assert got.started_us == datetime(2024, 5, 1, 10, 0, tzinfo=UTC).timestamp() * 1_000_000

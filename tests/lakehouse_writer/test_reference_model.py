@@ -129,7 +129,8 @@ class Harness:
 @pytest.fixture
 def harness(spark, kafka_bootstrap, kafka_admin, tmp_path, monkeypatch) -> Iterator[Harness]:
     """The test's harness; its topics are deleted afterwards."""
-    monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)  # the producer writes _flow_schemas
+    # the producer writes _flow_schemas
+    monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)
     made = Harness(spark, kafka_bootstrap, kafka_admin, tmp_path, [])
     yield made
     if made.topics:

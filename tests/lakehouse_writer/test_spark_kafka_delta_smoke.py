@@ -45,8 +45,9 @@ def test_spark_streams_committed_rows_into_delta(spark, kafka_bootstrap, new_top
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
         .load()
-        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
-                    "partition", "offset")  # fmt: skip
+        .selectExpr(
+            "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"
+        )  # fmt: skip
     )
     query = (
         stream.writeStream.format("delta")

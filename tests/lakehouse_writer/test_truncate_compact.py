@@ -32,8 +32,13 @@ def _summary(frame):
 @pytest.mark.spark
 def test_truncates_of_one_time_with_a_null_scope_value_are_ordered(spark):
     df = spark.createDataFrame(
-        [("T", 5, {"REGION": None}), ("T", 5, {"REGION": "A"}), ("T", 3, None), ("T", 3, None),
-         ("I", 1, {"REGION": "not a truncate"})],
+        [
+            ("T", 5, {"REGION": None}),
+            ("T", 5, {"REGION": "A"}),
+            ("T", 3, None),
+            ("T", 3, None),
+            ("I", 1, {"REGION": "not a truncate"}),
+        ],
         "__change_type STRING, t LONG, __truncate MAP<STRING, STRING>",
     ).selectExpr("__change_type", "timestamp_micros(t) AS __change_time", "__truncate")
     got = [(t.time_us, t.scope) for t in _summary(df).truncates]

@@ -21,7 +21,7 @@ def _commits(path: str) -> list[dict]:
     for file in sorted(Path(path, "_delta_log").glob("*.json")):
         actions: dict[str, list] = {}
         for line in file.read_text().splitlines():
-            (kind, value), = json.loads(line).items()
+            ((kind, value),) = json.loads(line).items()
             actions.setdefault(kind, []).append(value)
         out.append(actions)
     return out
@@ -49,8 +49,11 @@ def test_an_append_commits_its_rows_and_transaction_id_once(spark, tmp_path):
     # The same commit as Delta's own append writes (that of the first commit).
     info = [{k: c["commitInfo"][0][k] for k in ("operation", "operationParameters")}
             for c in commits]  # fmt: skip
-    assert info == [{"operation": "WRITE",
-                     "operationParameters": {"mode": "Append", "partitionBy": "[]"}}] * 3
+    assert (
+        info
+        == [{"operation": "WRITE", "operationParameters": {"mode": "Append", "partitionBy": "[]"}}]
+        * 3
+    )
     assert commits[1]["commitInfo"][0]["isBlindAppend"] is True
     assert sum(json.loads(a["stats"])["numRecords"] for a in commits[1]["add"]) == 2
 
@@ -65,9 +68,7 @@ def test_delta_s_own_writer_sees_the_transaction_ids_it_committed(spark, tmp_pat
     assert _rows(spark, path) == [(1, "a"), (2, "b")]
 
 
-def test_a_new_column_goes_through_schema_merge_and_a_not_null_column_is_enforced(
-    spark, tmp_path
-):
+def test_a_new_column_goes_through_schema_merge_and_a_not_null_column_is_enforced(spark, tmp_path):
     path = str(tmp_path / "t")
     spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT NOT NULL, name STRING) USING delta")
     with pytest.raises(Exception, match="(?i)null"):

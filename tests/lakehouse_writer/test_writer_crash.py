@@ -53,9 +53,15 @@ def _produce(bootstrap: str, topic: str, schemas: str, con: duckdb.DuckDBPyConne
     schema, settings = sample_schema(), KafkaSettings(bootstrap_servers=bootstrap)
     con.execute(f"create table ORDERS as {_source(con, 0, ROWS)}")
     ids = []
-    with KafkaProducer("TEST", f"crash_{uuid.uuid4().hex[:8]}", "test", "test", settings,
-                       duckdb_connection=con,
-                       schema_catalog=EmbeddedCatalog(settings, topic=schemas)) as producer:
+    with KafkaProducer(
+        "TEST",
+        f"crash_{uuid.uuid4().hex[:8]}",
+        "test",
+        "test",
+        settings,
+        duckdb_connection=con,
+        schema_catalog=EmbeddedCatalog(settings, topic=schemas),
+    ) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
         truncate = create_truncate_row(schema, None)
         producer.produce_row(target, create_key_row(truncate, KeySchema(schema)), truncate,
@@ -137,14 +143,18 @@ def test_kill_9_at_random_points_then_restart_gives_exactly_the_source(
     mine = [r for r in commits.collect() if r.commit_id in commit_ids]
     assert sorted(r.commit_id for r in mine) == sorted(commit_ids)  # each once
     last = next(r for r in mine if r.commit_id == commit_ids[-1])
-    at_commit = spark.read.format("delta").option(
-        "versionAsOf", last.table_versions["SHOP.ORDERS"]
-    ).load(str(lake / "SHOP" / "ORDERS"))
+    at_commit = (
+        spark.read.format("delta")
+        .option("versionAsOf", last.table_versions["SHOP.ORDERS"])
+        .load(str(lake / "SHOP" / "ORDERS"))
+    )
     assert at_commit.filter(f"ID >= {ROWS}").count() == NEW_ROWS  # the commit is visible there
 
     for name in ("SHOP/ORDERS", "_commits", "_writer_state"):
         seen, unguarded = _txn_actions(lake / name)
         assert unguarded == [], f"{name}: writes without txnAppId/txnVersion"
         assert [k for k, n in seen.items() if n > 1] == [], f"{name}: applied twice (seed={seed})"
-    print(f"crash test seed={seed} produce_s={produced - started:.1f} "
-          f"writer_s={drained - produced:.1f} total_s={time.monotonic() - started:.1f}")
+    print(
+        f"crash test seed={seed} produce_s={produced - started:.1f} "
+        f"writer_s={drained - produced:.1f} total_s={time.monotonic() - started:.1f}"
+    )

@@ -142,8 +142,9 @@ def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive
     store.append(BatchChanges({("orders", 0): 3}, truncates=first), 0)
     other.append(BatchChanges({("orders", 1): 4}, truncates=log.record("SHOP.ITEMS", [whole])),
                  0)  # fmt: skip
-    local_frame(spark, [("SHOP.ITEMS", 30, '{"sku": "x"}')],
-                "table STRING, time_us BIGINT, scope STRING").write.format("delta").save(legacy)
+    local_frame(
+        spark, [("SHOP.ITEMS", 30, '{"sku": "x"}')], "table STRING, time_us BIGINT, scope STRING"
+    ).write.format("delta").save(legacy)
 
     store.compact(store.load())  # rewrites instance a's facts, keeps its TRUNCATEs
     restarted = TruncateLog(spark, path, legacy)

@@ -100,9 +100,7 @@ def test_incompatible_change_raises_for_that_table(spark, tmp_path):
         tables.ensure(rekeyed)
 
 
-def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is(
-    spark, tmp_path
-):
+def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is(spark, tmp_path):
     from lakehouse_writer.tables import no_data_files
 
     tables = TableManager(spark, str(tmp_path))

@@ -369,11 +369,17 @@ FIXED_WRITER_BUGS: dict[str, Sequence] = {
     ),
     # the random test's counterpart: in one transaction the last row wins outright, so an
     # ARCHIVE after an upsert of its own transaction archives what was stored before it
-    "archive-after-upsert-of-its-own-transaction": Sequence("S000", ("K1",), 2, (
-        transaction(("I", 1, 0, 1000)),
-        transaction(("A", 1, 0, 1001), ("P", 1, 0, 1002)),
-        transaction(("T", 1, 0, 1003), ("A", 2, 0, 1004), ("P", 2, 0, 1005)),
-    ), 3),
+    "archive-after-upsert-of-its-own-transaction": Sequence(
+        "S000",
+        ("K1",),
+        2,
+        (
+            transaction(("I", 1, 0, 1000)),
+            transaction(("A", 1, 0, 1001), ("P", 1, 0, 1002)),
+            transaction(("T", 1, 0, 1003), ("A", 2, 0, 1004), ("P", 2, 0, 1005)),
+        ),
+        3,
+    ),
     # on an append-only table a D before a TRUNCATE in one batch never reached _rejected
     "append-only-delete-before-a-truncate": _pinned((), ("D", 1, 0, 1000), ("T", 1, 0, 1001)),
     # an ARCHIVE after a delete stores its own image; a later ARCHIVE keeps that image, but
@@ -385,25 +391,43 @@ FIXED_WRITER_BUGS: dict[str, Sequence] = {
     "archives-of-an-absent-key": _pinned(("K1",), ("P", 1, 0, 1000), ("P", 1, 0, 1001)),
     # an upsert that is not the last row of its transaction does not count: the ARCHIVE
     # after it archived the insert, and so does the next one
-    "archive-after-an-upsert-its-transaction-archived": Sequence("S000", ("K1",), 2, (
-        transaction(("I", 1, 0, 1000)),
-        transaction(("U", 1, 0, 1001), ("P", 1, 0, 1002)),
-        transaction(("P", 1, 0, 1003)),
-    ), 3),
+    "archive-after-an-upsert-its-transaction-archived": Sequence(
+        "S000",
+        ("K1",),
+        2,
+        (
+            transaction(("I", 1, 0, 1000)),
+            transaction(("U", 1, 0, 1001), ("P", 1, 0, 1002)),
+            transaction(("P", 1, 0, 1003)),
+        ),
+        3,
+    ),
     # an update older than a scoped TRUNCATE of its batch was dropped before the last row per
     # key was taken, so the insert it replaced came back (the TRUNCATE covers the update)
-    "update-older-than-a-scoped-truncate": Sequence("S000", ("K1",), 2, (
-        Transaction((_change("I", 1, "B", 1000),)),
-        Transaction((_change("U", 1, "A", 1001),)),
-        Transaction((_change("T", 0, None, 1002, scope={"REGION": "A"}),)),
-    ), 3),
+    "update-older-than-a-scoped-truncate": Sequence(
+        "S000",
+        ("K1",),
+        2,
+        (
+            Transaction((_change("I", 1, "B", 1000),)),
+            Transaction((_change("U", 1, "A", 1001),)),
+            Transaction((_change("T", 0, None, 1002, scope={"REGION": "A"}),)),
+        ),
+        3,
+    ),
     # an ARCHIVE keeps the stored payload, which a later scoped TRUNCATE of its batch covers;
     # the TRUNCATE deleted the stored row first and the ARCHIVE then inserted its own image
-    "archive-before-a-scoped-truncate": Sequence("S000", ("K1",), 2, (
-        Transaction((_change("I", 1, "A", 1000),)),
-        Transaction((_change("P", 1, "B", 1001),)),
-        Transaction((_change("T", 0, None, 1002, scope={"REGION": "A"}),)),
-    ), 1),
+    "archive-before-a-scoped-truncate": Sequence(
+        "S000",
+        ("K1",),
+        2,
+        (
+            Transaction((_change("I", 1, "A", 1000),)),
+            Transaction((_change("P", 1, "B", 1001),)),
+            Transaction((_change("T", 0, None, 1002, scope={"REGION": "A"}),)),
+        ),
+        1,
+    ),
 }
 """Minimal sequences of writer bugs found by the random test and fixed; each runs strictly,
 all in one micro-batch (where the bugs showed)."""

@@ -72,8 +72,7 @@ def test_completed_record_is_in_the_data_transaction(flow_env):
     lineage = [json.loads(m.value()) for m in consume_all(flow_env["bootstrap"], LINEAGE_TOPIC)
                if json.loads(m.value()).get("commit_id") == commit]  # fmt: skip
     assert [d["target"] for d in lineage] == ["TEST.NUMBERS"]
-    assert {c["target"]: c["kind"] for c in lineage[0]["columns"]} == {
-        "ID": "copy", "NAME": "copy"}
+    assert {c["target"]: c["kind"] for c in lineage[0]["columns"]} == {"ID": "copy", "NAME": "copy"}
     assert lineage[0]["sources"] == [f"SRC_{flow_env['function']}"]
 
 
@@ -115,8 +114,10 @@ def test_dataflows_have_their_own_pointer(flow_env):
     assert run("delta", dataflow="eu").delta_pointer == 14
     run("initial", dataflow="us")
     assert run("delta", dataflow="us").delta_pointer == 14  # from 9, not from eu's 14
-    assert [r["delta_pointer"] for r in log_records(flow_env["bootstrap"], flow_env["function"],
-                                                    dataflow="eu")] == [None, 9, 9, 14]
+    assert [
+        r["delta_pointer"]
+        for r in log_records(flow_env["bootstrap"], flow_env["function"], dataflow="eu")
+    ] == [None, 9, 9, 14]
     assert log_records(flow_env["bootstrap"], flow_env["function"]) == []
 
 

@@ -135,8 +135,11 @@ def test_a_scoped_truncate_row_encodes_as_fastavro_would():
     schema.add_field("ID", AvroLong(), nullable=False)
     schema.add_field("REGION", AvroNVarchar(5))
     schema.add_primary_key("ID")
-    row = {**create_truncate_row(schema, {"REGION": "EU"}), "__change_time": 5,
-           "__source_system": "TEST"}
+    row = {
+        **create_truncate_row(schema, {"REGION": "EU"}),
+        "__change_time": 5,
+        "__source_system": "TEST",
+    }
     avro = schema.to_avro_json()
     table = pa.Table.from_pylist([row], schema=schema.get_pyarrow())  # __truncate: an Arrow map
     [encoded] = AvroEncoder(avro).encode(table)

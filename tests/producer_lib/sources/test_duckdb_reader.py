@@ -65,16 +65,21 @@ def test_delta_table_offline(conn, tmp_path, use_extension):
     path = tmp_path / "orders"
     write_deltalake(str(path), pa.table({"ID": [1, 2, 3], "CITY": ["a", "b", "c"]}))
     write_deltalake(str(path), pa.table({"ID": [4], "CITY": ["d"]}), mode="append")
-    schema = _load(conn, "ORDERS", f"select * from delta_scan('{path}') where ID > 1",
-                   use_delta_extension=use_extension)
+    schema = _load(
+        conn,
+        "ORDERS",
+        f"select * from delta_scan('{path}') where ID > 1",
+        use_delta_extension=use_extension,
+    )
     assert schema.field("ID").type == AvroLong()
     assert _rows(conn, "ORDERS") == [(2, "b"), (3, "c"), (4, "d")]
 
 
 def test_missing_delta_table_is_a_source_error(conn, tmp_path):
     with pytest.raises(SourceError):
-        _load(conn, "X", f"select * from delta_scan('{tmp_path / 'nope'}')",
-              use_delta_extension=False)
+        _load(
+            conn, "X", f"select * from delta_scan('{tmp_path / 'nope'}')", use_delta_extension=False
+        )
 
 
 def test_attached_database_brings_its_primary_key_and_comments(conn, tmp_path):
@@ -90,7 +95,7 @@ def test_attached_database_brings_its_primary_key_and_comments(conn, tmp_path):
     assert schema.pks == ("id",)
     assert schema.field("name").doc == "plan name"
     assert schema.doc == "sample plans"
-    assert conn.execute("select count(*) from \"SAMPLE_PLAN\"").fetchone() == (2,)
+    assert conn.execute('select count(*) from "SAMPLE_PLAN"').fetchone() == (2,)
 
 
 def test_duplicate_keys_fail_the_load(conn):

@@ -95,7 +95,10 @@ def test_dictionary_rows_become_keys_and_comments():
     assert schema.pks == ("PLAN_ID", "VERSION")
     [fk] = schema.foreign_keys
     assert (fk.columns, fk.ref_namespace, fk.ref_table, fk.ref_columns) == (
-        ("PLANT_ID", "SITE"), "LIMSPRD", "PLANT", ("ID", "SITE"),
+        ("PLANT_ID", "SITE"),
+        "LIMSPRD",
+        "PLANT",
+        ("ID", "SITE"),
     )
     assert schema.field("NAME").doc == "Plan name"
     assert schema.field("PLAN_ID").doc is None

@@ -55,8 +55,9 @@ def _load(dsn, table, sql, **options):
     conn = duckdb.connect()
 
     async def run():
-        async with PostgresReader(dsn, logging.getLogger("flow"), connection=conn,
-                                  **options) as reader:
+        async with PostgresReader(
+            dsn, logging.getLogger("flow"), connection=conn, **options
+        ) as reader:
             await reader.load(table, sql, "LABWARE", "LIMS")
             return reader.table_schema
 
@@ -67,13 +68,23 @@ def test_load_maps_types_and_copies_every_row_in_pages(lims):
     schema, conn = _load(lims, "SAMPLE_PLAN", "select * from lims.sample_plan", page_size=1000)
     types = {name: f.type for name, f in schema.fields.items()}
     assert types == {
-        "plan_id": AvroLong(), "version": AvroInt(), "name": AvroNVarchar(40),
-        "price": AvroDecimal(10, 2), "ratio": AvroDouble(), "active": AvroBoolean(),
-        "created": AvroTimestampMicros(), "due": AvroDate(), "doc": AvroString(),
-        "guid": AvroUUID(), "blob": AvroBytes(), "plant_id": AvroInt(), "site": AvroString(),
+        "plan_id": AvroLong(),
+        "version": AvroInt(),
+        "name": AvroNVarchar(40),
+        "price": AvroDecimal(10, 2),
+        "ratio": AvroDouble(),
+        "active": AvroBoolean(),
+        "created": AvroTimestampMicros(),
+        "due": AvroDate(),
+        "doc": AvroString(),
+        "guid": AvroUUID(),
+        "blob": AvroBytes(),
+        "plant_id": AvroInt(),
+        "site": AvroString(),
     }
     assert conn.execute('select count(*), sum(price) from "SAMPLE_PLAN"').fetchone() == (
-        2500, Decimal("3907812.50"),
+        2500,
+        Decimal("3907812.50"),
     )
     row = conn.execute(
         'select name, epoch_us(created), due, doc, guid::varchar, blob from "SAMPLE_PLAN" '
@@ -81,19 +92,29 @@ def test_load_maps_types_and_copies_every_row_in_pages(lims):
     ).fetchone()
     assert row[0] == "plan 2"
     assert row[1] == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC).timestamp() * 1_000_000
-    assert row[2:] == (dt.date(2024, 2, 29), '{"k": 1}',
-                       "00000000-0000-0000-0000-000000000001", b"\x01\x02")
+    assert row[2:] == (
+        dt.date(2024, 2, 29),
+        '{"k": 1}',
+        "00000000-0000-0000-0000-000000000001",
+        b"\x01\x02",
+    )
 
 
 def test_augment_reads_keys_and_comments_from_the_catalog(lims):
-    schema, _ = _load(lims, "SAMPLE_PLAN", "select plan_id, version, name, plant_id, site "
-                                           "from lims.sample_plan where plan_id < 10")
+    schema, _ = _load(
+        lims,
+        "SAMPLE_PLAN",
+        "select plan_id, version, name, plant_id, site from lims.sample_plan where plan_id < 10",
+    )
     assert schema.pks == ("plan_id", "version")
     assert schema.doc == "Sample plans"
     assert schema.field("name").doc == "Plan name"
     [fk] = schema.foreign_keys
     assert (fk.columns, fk.ref_namespace, fk.ref_table, fk.ref_columns) == (
-        ("plant_id", "site"), "lims", "plant", ("plant_id", "site"),
+        ("plant_id", "site"),
+        "lims",
+        "plant",
+        ("plant_id", "site"),
     )
 
 
@@ -111,8 +132,11 @@ def test_duplicate_keys_fail_before_anything_is_produced(lims):
 
 def test_dictionary_failure_is_logged_not_fatal(lims, caplog):
     with caplog.at_level(logging.INFO, logger="flow"):
-        schema, conn = _load(lims, "J", "select p.plan_id from lims.sample_plan p "
-                                        "join lims.plant t on t.plant_id = p.plant_id")
+        schema, conn = _load(
+            lims,
+            "J",
+            "select p.plan_id from lims.sample_plan p join lims.plant t on t.plant_id = p.plant_id",
+        )
     assert schema.pks == ()
     assert "not a single-table query" in caplog.text
     assert conn.execute('select count(*) from "J"').fetchone() == (2500,)

@@ -69,8 +69,9 @@ def _run(api, **options):
     async def run():
         async with TestServer(app, host="127.0.0.1") as server:
             base = str(server.make_url("/"))
-            async with Items(base, connection=conn, concurrency=LIMIT, backoff_seconds=0.01,
-                             **options) as reader:
+            async with Items(
+                base, connection=conn, concurrency=LIMIT, backoff_seconds=0.01, **options
+            ) as reader:
                 await reader.load("ITEMS", "items", "SHOP", "SHOP")
                 return reader
 
@@ -81,7 +82,8 @@ def test_all_pages_load_once_within_the_concurrency_bound_despite_429_and_500():
     api = FlakyApi()
     reader, conn = _run(api)
     assert conn.execute('select count(*), count(distinct id) from "ITEMS"').fetchone() == (
-        PAGES * PAGE_ROWS, PAGES * PAGE_ROWS,
+        PAGES * PAGE_ROWS,
+        PAGES * PAGE_ROWS,
     )
     assert set(api.served) == set(range(PAGES))
     assert set(api.served.values()) == {1}

@@ -43,7 +43,8 @@ def test_insert_page_from_many_concurrent_tasks_keeps_every_row():
 
     assert asyncio.run(run()) == 5000
     assert conn.execute('select count(*), count(distinct "ID") from "PAGES"').fetchone() == (
-        5000, 5000,
+        5000,
+        5000,
     )
 
 
@@ -119,13 +120,18 @@ def test_source_table_of(sql, expected):
 
 def test_dictionary_applies_only_keys_whose_columns_are_projected():
     schema = _schema()
-    apply_dictionary(schema, DataDictionary(
-        primary_key=("id",),
-        foreign_keys=(ForeignKey(("NAME",), "TEST", "NAMES", ("N",)),
-                      ForeignKey(("MISSING",), "TEST", "X", ("Y",))),
-        column_comments={"price": "net price", "MISSING": "x"},
-        table_comment="pages",
-    ))
+    apply_dictionary(
+        schema,
+        DataDictionary(
+            primary_key=("id",),
+            foreign_keys=(
+                ForeignKey(("NAME",), "TEST", "NAMES", ("N",)),
+                ForeignKey(("MISSING",), "TEST", "X", ("Y",)),
+            ),
+            column_comments={"price": "net price", "MISSING": "x"},
+            table_comment="pages",
+        ),
+    )
     assert schema.pks == ("ID",)
     assert [fk.ref_table for fk in schema.foreign_keys] == ["NAMES"]
     assert schema.field("PRICE").doc == "net price"
