@@ -52,7 +52,7 @@ from confluent_kafka.admin import AdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack import broker  # noqa: E402
-from lakehouse_writer import apply, job  # noqa: E402
+from lakehouse_writer import apply, job, read  # noqa: E402
 from lakehouse_writer.session import build_spark_session  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
 from lakehouse_writer.status import read_status  # noqa: E402
@@ -187,7 +187,7 @@ def run_baseline(spark: Any, bootstrap: str, topic: str, schema: ValueSchema, ro
         .option("startingOffsets", "earliest").option("failOnDataLoss", "true")
         .option("kafka.isolation.level", "read_committed")
         # the writer's fetch wait too: the ratio is about the writer's work, not a setting
-        .option("kafka.fetch.max.wait.ms", job.SOURCE_DEFAULTS["kafka.fetch.max.wait.ms"])
+        .option("kafka.fetch.max.wait.ms", read.SOURCE_DEFAULTS["kafka.fetch.max.wait.ms"])
         .load()
     )  # fmt: skip
     rows = source.select(from_avro(body, json.dumps(schema.to_avro_json())).alias("r"))

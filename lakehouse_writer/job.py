@@ -18,7 +18,6 @@ before the query starts: :mod:`~lakehouse_writer.topics`, :mod:`~lakehouse_write
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,12 +28,11 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer import txn
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
-from lakehouse_writer.commits import BadCommitRecord, CommitRecord, TopicFilter, commit_frame
+from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
 from lakehouse_writer.probe import connect_timeout, probe_kafka
 from lakehouse_writer.read import (
-    SOURCE_DEFAULTS,
     DecodedBatch,
     decode_batch,
     source_options,
@@ -70,7 +68,7 @@ if TYPE_CHECKING:
 
     from lakehouse_writer.settings import LakehouseSettings
 
-__all__ = ["SOURCE_DEFAULTS", "BatchProcessor", "lag_of", "run", "start"]
+__all__ = ["BatchProcessor", "lag_of", "run", "start"]
 
 log = logging.getLogger(__name__)
 
@@ -559,12 +557,6 @@ def _sole_schemas(expected: list[Expected], counts: dict[str, int]) -> set[bytes
         for e, ref in zip(expected, tables, strict=True)
         if e.entry.topic and counts.get(e.entry.topic) == 1 and tables.count(ref) == 1
     }
-
-
-def topic_filter(regex: str) -> TopicFilter:
-    """Python's reading of ``regex`` (for tests without a JVM; the writer uses TopicPattern)."""
-    pattern = re.compile(regex)
-    return lambda topic: pattern.fullmatch(topic) is not None
 
 
 def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> None:

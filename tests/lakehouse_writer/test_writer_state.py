@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord
-from lakehouse_writer.job import topic_filter
 from lakehouse_writer.state import BatchChanges, StateStore, WriterState
 from lakehouse_writer.system_tables import local_frame
 from lakehouse_writer.truncate import Truncate, TruncateLog
@@ -25,6 +25,12 @@ def _ledger_record() -> str:
     record = ledger.commit_record(commit_id="c-1", producer="dev.bronze.flow.0",
                                   source_system="SHOP", function_name="flow")  # fmt: skip
     return json.dumps(record)
+
+
+def topic_filter(regex: str):
+    """Python's reading of ``regex``: enough for these patterns (the writer asks Java)."""
+    pattern = re.compile(regex)
+    return lambda topic: pattern.fullmatch(topic) is not None
 
 
 ALL = topic_filter(r"(?!__|_schemas$).+")
