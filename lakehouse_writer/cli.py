@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+
+from producer_lib.errors import ConfigError
 
 if TYPE_CHECKING:
     from lakehouse_writer.settings import LakehouseSettings
@@ -59,7 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = LakehouseSettings(**_overrides(args))
+    try:
+        settings = LakehouseSettings(**_overrides(args))
+    except ConfigError as exc:  # names the variable, never a value
+        print(f"lakehouse-writer: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, SecretStr
 
 from lakehouse_writer.errors import LakehouseWriterError, WriterFailed
 from lakehouse_writer.status import BatchStats, write_status
+from producer_lib.settings import KafkaSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,6 +130,8 @@ def secrets_of(settings: BaseModel) -> list[str]:
             found.append(value.get_secret_value())
         elif isinstance(value, BaseModel):
             found += secrets_of(value)
+    if isinstance(settings, KafkaSettings):  # librdkafka keys such as sasl.password
+        found += settings.secret_overrides()
     return found
 
 

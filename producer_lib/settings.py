@@ -163,6 +163,10 @@ class KafkaSettings(EnvSettings):
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000)
     overrides: dict[str, OverrideValue] = Field(default_factory=dict, repr=False)
 
+    def secret_overrides(self) -> list[str]:
+        """Values of ``overrides`` under secret-looking keys (for redaction, never shown)."""
+        return [str(v) for k, v in self.overrides.items() if _SECRET_KEY.search(k)]
+
     @field_serializer("overrides")
     def _mask_overrides(self, overrides: dict[str, OverrideValue]) -> dict[str, OverrideValue]:
         return {

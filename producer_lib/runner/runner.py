@@ -26,8 +26,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from pydantic import ValidationError
-
 from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.producer import KafkaProducer, PendingCommit
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC, LINEAGE_TOPIC
@@ -175,11 +173,11 @@ class FunctionRunner:
         Raises:
             ConfigError: ``KAFKA_*`` or ``FLOW_*`` settings are missing or invalid.
         """
-        try:
+        try:  # the settings' own errors name the variable and never show a value
             environment = FlowSettings().environment
             settings = settings or KafkaSettings()
-        except ValidationError as exc:
-            raise ConfigError(f"invalid settings: {exc}", flow=self.function_name) from exc
+        except ConfigError as exc:
+            raise ConfigError(exc.message, **{**exc.context, "flow": self.function_name}) from None
         return KafkaProducer(self.source_system, self.function_name, self.zone, environment,
                              settings, self.logger)  # fmt: skip
 

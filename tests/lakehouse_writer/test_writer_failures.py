@@ -158,6 +158,8 @@ def test_a_failed_start_shows_no_secret_anywhere(tmp_path, monkeypatch, capsys, 
            "SCHEMA_REGISTRY_BASIC_AUTH_USER": "reader", **secrets}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KAFKA_OVERRIDES", '{"ssl.key.password": "override-pw-77e1"}')
+    secrets["KAFKA_OVERRIDES"] = "override-pw-77e1"  # a librdkafka key that holds a secret
     settings = LakehouseSettings(**writer_env(str(tmp_path / "lake"), "ckpt", UNREACHABLE))
     assert sorted(secrets_of(settings)) == sorted(secrets.values())  # nested settings too
     checkpoint = tmp_path / "ckpt"
