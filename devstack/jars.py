@@ -1,9 +1,12 @@
 """Resolve the project's JVM dependencies with Maven into a cache folder.
 
-The dependency list is ``devstack/pom.xml`` (profiles ``broker`` and ``spark``). Resolution runs
-``mvn dependency:copy-dependencies`` once; a stamp holding the pom's hash makes later calls free
-until the pom changes. Spark gets its jars through ``spark.jars`` (:func:`spark_jars`), never
-through Ivy ``packages``.
+The broker's and the registry's dependencies are ``devstack/pom.xml`` (profiles ``broker`` and
+``registry``). Resolution runs ``mvn dependency:copy-dependencies`` once; a stamp holding the
+pom's hash makes later calls free until the pom changes. The ``spark`` profile is the writer's
+own: :mod:`lakehouse_writer.jars` holds those coordinates (an installed writer resolves them
+without this repository) and its folder (``LAKEHOUSE_JARS_DIR``, else
+``~/.cache/flow-platform/jars/spark``) is the one devstack reports. Spark gets its jars through
+``spark.jars`` (:func:`spark_jars`), never through Ivy ``packages``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from devstack import paths, tools
 from devstack.errors import DevstackError
+from lakehouse_writer import jars as writer_jars
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +31,14 @@ def jar_dir(profile: str) -> Path:
     """Return the folder holding the resolved jars of ``profile``, resolving them if needed."""
     if profile not in PROFILES:
         raise ValueError(f"unknown jar profile {profile!r}; expected one of {PROFILES}")
+    if profile == "spark":
+        return writer_jars.jar_dir()
     target = paths.home() / "jars" / profile
     stamp = target / ".pom-sha256"
     wanted = hashlib.sha256(paths.POM.read_bytes()).hexdigest()
     if stamp.is_file() and stamp.read_text().strip() == wanted:
         return target
     _resolve(profile, target)
-    if profile == "spark":
-        _drop_jars_pyspark_ships(target)
     stamp.write_text(wanted + "\n")
     return target
 
@@ -46,7 +50,7 @@ def broker_classpath() -> str:
 
 def spark_jars() -> list[str]:
     """Return the Kafka, Avro and Delta connector jars for ``spark.jars``."""
-    return sorted(str(p) for p in jar_dir("spark").glob("*.jar"))
+    return writer_jars.spark_jars()
 
 
 def _resolve(profile: str, target: Path) -> None:
@@ -66,26 +70,3 @@ def _resolve(profile: str, target: Path) -> None:
         )
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
-
-
-def _drop_jars_pyspark_ships(target: Path) -> None:
-    """Remove jars whose artifact pyspark already has: two versions on one classpath clash."""
-    try:
-        import pyspark
-    except ImportError:  # pragma: no cover - pyspark is a dependency of the project
-        return
-    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    for jar in target.glob("*.jar"):
-        if _artifact(jar.name) in shipped:
-            log.info("dropping %s: pyspark ships that artifact", jar.name)
-            jar.unlink()
-
-
-def _artifact(file_name: str) -> str:
-    """``kafka-clients-3.9.1.jar`` -> ``kafka-clients`` (strip the version)."""
-    stem = file_name.removesuffix(".jar")
-    parts = stem.split("-")
-    for i, part in enumerate(parts):
-        if part[:1].isdigit():
-            return "-".join(parts[:i])
-    return stem

@@ -1,8 +1,10 @@
 """Build the SparkSession the writer runs in.
 
-Locally (``local[N]`` masters) the Kafka, Avro and Delta connector jars come from devstack's
-Maven resolution through ``spark.jars``; on a cluster (Databricks, Fabric, spark-submit) they
-are expected on the cluster already and ``jars=None`` leaves ``spark.jars`` alone.
+Locally (``local[N]`` masters) the Kafka, Avro and Delta connector jars come through
+``spark.jars`` from :mod:`lakehouse_writer.jars` (resolved by Maven on the first run, then
+cached; no checkout of this repository needed); on a cluster (Databricks, Fabric,
+spark-submit) they are expected on the cluster already and ``jars=None`` leaves ``spark.jars``
+alone.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def build_spark_session(
         app_name: Spark application name.
         master: ``local[N]`` to run in-process; None to take the master from the environment.
         jars: Connector jars for ``spark.jars``. None with a local master resolves them with
-            devstack (Maven); pass ``[]`` when the cluster provides them.
+            Maven (:func:`lakehouse_writer.jars.spark_jars`); pass ``[]`` when the cluster
+            provides them.
         conf: Extra Spark settings; they win over the defaults here.
     """
     from pyspark.sql import SparkSession
@@ -61,9 +64,9 @@ def build_spark_session(
         if master.startswith("local"):
             settings.update(_LOCAL_DEFAULTS)
             if jars is None:
-                from devstack import jars as devstack_jars
+                from lakehouse_writer.jars import spark_jars
 
-                jars = devstack_jars.spark_jars()
+                jars = spark_jars()
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})

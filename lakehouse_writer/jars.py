@@ -1,0 +1,167 @@
+"""The writer's JVM jars: Spark's Kafka source, Avro functions and Delta Lake, resolved by Maven.
+
+The coordinates live here (:data:`SPARK_CONNECTORS`), so that an installed ``flow-platform[writer]``
+finds its jars without this repository: the first local run writes a pom of them, runs
+``mvn dependency:copy-dependencies`` and keeps the jars in :func:`jar_dir`
+(``LAKEHOUSE_JARS_DIR``, else ``~/.cache/flow-platform/jars/spark``). A stamp holding the pom's
+hash makes later runs free until the coordinates change. Resolved with Maven, never with Spark's
+Ivy ``spark.jars.packages``, which ignores Maven's ``settings.xml`` mirrors and proxies.
+
+Each jar is listed without its transitive dependencies: Spark's parent POM names a repository
+not reachable from every network, and pyspark already ships every other jar these need. Jars
+whose artifact pyspark ships anyway are dropped after resolution (two versions of one artifact
+on a classpath clash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lakehouse_writer.errors import LakehouseWriterError
+
+log = logging.getLogger(__name__)
+
+# Must match pyspark 4.0.x of pyproject.toml: Delta's artifact name carries the Spark version.
+SPARK_VERSION = "4.0.1"
+DELTA_VERSION = "4.4.0"
+# (group, artifact, version). spark-token-provider-kafka 4.0.1 is not on Maven Central; 4.0.0
+# is the same code line. kafka-clients is the version spark-sql-kafka 4.0.1 was built with.
+SPARK_CONNECTORS: tuple[tuple[str, str, str], ...] = (
+    ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
+    ("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.0.0"),
+    ("org.apache.kafka", "kafka-clients", "3.9.1"),
+    ("org.apache.commons", "commons-pool2", "2.12.0"),
+    ("org.apache.spark", "spark-avro_2.13", SPARK_VERSION),
+    ("io.delta", "delta-spark_4.0_2.13", DELTA_VERSION),
+    ("io.delta", "delta-storage", DELTA_VERSION),
+)
+JARS_DIR_VARIABLE = "LAKEHOUSE_JARS_DIR"
+
+
+class JarsUnavailable(LakehouseWriterError):
+    """The connector jars cannot be resolved (no Maven, or Maven failed)."""
+
+
+def jar_dir(target: Path | None = None) -> Path:
+    """Return the folder holding the connector jars, resolving them with Maven if needed.
+
+    Args:
+        target: The folder; None for ``LAKEHOUSE_JARS_DIR`` or the user's cache.
+
+    Raises:
+        JarsUnavailable: Maven is missing or could not resolve the jars.
+    """
+    target = target or default_dir()
+    pom = pom_xml()
+    wanted = hashlib.sha256(pom.encode()).hexdigest()
+    stamp = target / ".pom-sha256"
+    if stamp.is_file() and stamp.read_text().strip() == wanted:
+        return target
+    _resolve(pom, target)
+    (target / ".pom-sha256").write_text(wanted + "\n")
+    return target
+
+
+def spark_jars(target: Path | None = None) -> list[str]:
+    """Return the connector jars for ``spark.jars`` (see :func:`jar_dir`)."""
+    return sorted(str(p) for p in jar_dir(target).glob("*.jar"))
+
+
+def default_dir() -> Path:
+    """``LAKEHOUSE_JARS_DIR``, else ``$XDG_CACHE_HOME`` (``~/.cache``)/flow-platform/jars/spark."""
+    explicit = os.environ.get(JARS_DIR_VARIABLE)
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "flow-platform" / "jars" / "spark"
+
+
+def pom_xml() -> str:
+    """A pom whose dependencies are :data:`SPARK_CONNECTORS`, each without transitives."""
+    dependencies = "".join(
+        f"""
+    <dependency>
+      <groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>
+      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
+    </dependency>"""
+        for group, artifact, version in SPARK_CONNECTORS
+    )
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>flowplatform</groupId>
+  <artifactId>lakehouse-writer-jars</artifactId>
+  <version>0.1.0</version>
+  <packaging>pom</packaging>
+  <dependencies>{dependencies}
+  </dependencies>
+</project>
+"""
+
+
+def _resolve(pom: str, target: Path) -> None:
+    """Copy the jars into a staging folder beside ``target``, then swap it in."""
+    maven = shutil.which("mvn")
+    if maven is None:
+        raise JarsUnavailable(
+            "Maven (mvn) was not found; the lakehouse writer resolves its Spark connector jars "
+            "(Kafka, Avro, Delta) with it on the first local run. Install it (Debian: apt-get "
+            f"install maven), or set {JARS_DIR_VARIABLE} to a folder holding the jars with a "
+            ".pom-sha256 stamp",
+            folder=str(target),
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        (staging / "pom.xml").write_text(pom)
+        jars = staging / "jars"
+        log.info("resolving the Spark connector jars with Maven into %s", target)
+        done = subprocess.run(
+            [maven, "-q", "-B", "-f", str(staging / "pom.xml"), "dependency:copy-dependencies",
+             f"-DoutputDirectory={jars}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:5]
+            raise JarsUnavailable(
+                "Maven could not resolve the Spark connector jars:\n"
+                + "\n".join(errors or [done.stderr.strip()]),
+                folder=str(target),
+            )
+        _drop_jars_pyspark_ships(jars)
+        shutil.rmtree(target, ignore_errors=True)
+        jars.rename(target)  # another process may have won the race: then use its copy
+    except OSError:
+        if not any(target.glob("*.jar")):
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _drop_jars_pyspark_ships(folder: Path) -> None:
+    """Remove jars whose artifact pyspark already has: two versions on one classpath clash."""
+    try:
+        import pyspark
+    except ImportError:  # the writer extra brings pyspark; without it nothing runs Spark
+        return
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    for jar in folder.glob("*.jar"):
+        if _artifact(jar.name) in shipped:
+            log.info("dropping %s: pyspark ships that artifact", jar.name)
+            jar.unlink()
+
+
+def _artifact(file_name: str) -> str:
+    """``kafka-clients-3.9.1.jar`` -> ``kafka-clients`` (strip the version)."""
+    stem = file_name.removesuffix(".jar")
+    parts = stem.split("-")
+    for i, part in enumerate(parts):
+        if part[:1].isdigit():
+            return "-".join(parts[:i])
+    return stem
