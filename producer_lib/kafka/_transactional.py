@@ -74,6 +74,8 @@ class TransactionalProducer:
         self._environment_zone = (environment, zone)
         self._commit_hooks: list[CommitHook] = []
         self._system_topics: set[str] = set()
+        self._holds = 0  # detached runs using the producer: see hold()
+        self._deferred_exit: tuple[Any, ...] | None = None
 
     @property
     def settings(self) -> KafkaSettings:
@@ -122,6 +124,34 @@ class TransactionalProducer:
                        self._settings.describe())  # fmt: skip
         return self
 
+    def hold(self) -> None:
+        """Keep the producer open past its ``with`` block until :meth:`release`.
+
+        A run that goes on after its HTTP request answered (202, see
+        :mod:`producer_lib.runner.runs`) holds the producer the caller's ``with`` block
+        opened: leaving that block then does not close it, the close waits for the run.
+        """
+        self._holds += 1
+
+    def release(self) -> None:
+        """End one :meth:`hold`; after the last, do the close a ``with`` block deferred.
+
+        Never raises: what the deferred close reports (rows left uncommitted) is logged.
+        """
+        self._holds = max(0, self._holds - 1)
+        if self._holds or self._deferred_exit is None:
+            return
+        exit_args, self._deferred_exit = self._deferred_exit, None
+        try:
+            self._exit_now(*exit_args)
+        except ProduceError as exc:
+            self._log.error("deferred close of producer=%s: %s", self.transactional_id, exc)
+
+    @property
+    def is_held(self) -> bool:
+        """True while a detached run holds the producer (see :meth:`hold`)."""
+        return self._holds > 0
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -130,9 +160,25 @@ class TransactionalProducer:
     ) -> None:
         """Abort an open transaction and close; leaving with uncommitted rows is an error.
 
+        While a run holds the producer (:meth:`hold`) the close is deferred to its
+        :meth:`release`.
+
         Raises:
             ProduceError: The block ended normally but rows were produced and not committed.
         """
+        if self._holds:
+            self._deferred_exit = (exc_type, exc, tb)
+            self._log.info("producer=%s stays open for the run that holds it; it closes when "
+                           "that run ends", self.transactional_id)  # fmt: skip
+            return
+        self._exit_now(exc_type, exc, tb)
+
+    def _exit_now(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         left_open = self._ledger is not None and self._state == "open"
         failure = self._failure if self._state == "open" else None
         if left_open:

@@ -15,8 +15,13 @@ Quickstart::
             producer.commit()
 
     result = await OrdersFlow().run("initial")           # or: producer-lib run mod:OrdersFlow
+
+An HTTP-triggered run that outlives ``FLOW_HTTP_WAIT_S`` answers 202 and is polled at
+``GET runs/{run_id}`` (:func:`azure_run_status` in a function app; built into
+``producer-lib serve``); see :mod:`producer_lib.runner.runs`.
 """
 
 from producer_lib.runner.runner import FunctionRunner, RunFailed, RunResult
+from producer_lib.runner.runs import azure_run_status, run_status
 
-__all__ = ["FunctionRunner", "RunFailed", "RunResult"]
+__all__ = ["FunctionRunner", "RunFailed", "RunResult", "azure_run_status", "run_status"]

@@ -10,8 +10,13 @@ happened:
 
 =====  ======================================================================
 200    the run completed
+202    the run goes on after ``FLOW_HTTP_WAIT_S`` (default 200 s; Azure cuts an HTTP
+       response at 230 s): the body has ``run_id``, ``status: RUNNING`` and
+       ``status_url`` (also the ``Location`` header); poll ``GET runs/{run_id}``
+       (:mod:`producer_lib.runner.runs`)
 400    bad parameters (nothing ran)
-409    another run of the same function, dataflow and partition is in progress or took over
+409    another run of the same function, dataflow and partition is in progress (here:
+       refused, with its ``status_url``) or took over
 500    the run failed (the error is in the body and on ``_execution_log``)
 503    Kafka or the source could not be reached in time; retry later
 =====  ======================================================================
@@ -125,8 +130,15 @@ async def azure_http(
     runner: FunctionRunner, req: func.HttpRequest, producer: KafkaProducer | None,
     reader: SourceAdapter | None,
 ) -> func.HttpResponse:  # fmt: skip
-    """Serve an Azure Functions HTTP request with ``runner`` (see the module docstring)."""
+    """Serve an Azure Functions HTTP request with ``runner`` (see the module docstring).
+
+    A run still going after ``FLOW_HTTP_WAIT_S`` answers 202 and goes on, holding
+    ``producer`` and ``reader`` open past the caller's ``with`` blocks until it ends
+    (:mod:`producer_lib.runner.runs`).
+    """
     import azure.functions as func
+
+    from producer_lib.runner.runs import answer_run
 
     try:
         body = req.get_json() if req.get_body() else None
@@ -139,6 +151,9 @@ async def azure_http(
         except ConfigError as exc:
             status, payload = response_for(runner, exc)
         else:
-            status, payload = await execute(runner, request, producer, reader)
+            status, payload, headers = await answer_run(runner, request, req.url, producer,
+                                                        reader)  # fmt: skip
+            return func.HttpResponse(json.dumps(payload, default=str), status_code=status,
+                                     headers=headers, mimetype="application/json")  # fmt: skip
     return func.HttpResponse(json.dumps(payload), status_code=status,
                              mimetype="application/json")  # fmt: skip

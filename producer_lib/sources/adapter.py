@@ -135,10 +135,18 @@ def _marks_open(enter: Callable[..., Awaitable[Any]]) -> Callable[..., Coroutine
 
 
 def _marks_closed(leave: Callable[..., Awaitable[Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
-    """Wrap a subclass's ``__aexit__`` so that :attr:`SourceAdapter.is_open` follows it."""
+    """Wrap a subclass's ``__aexit__`` so that :attr:`SourceAdapter.is_open` follows it.
+
+    While a detached run holds the reader (:meth:`SourceAdapter.hold`), the exit waits for it.
+    """
 
     @functools.wraps(leave)
     async def aexit(self: SourceAdapter, *args: Any, **kwargs: Any) -> Any:
+        if self._defer_exit(functools.partial(aexit_now, self, *args, **kwargs)):
+            return None
+        return await aexit_now(self, *args, **kwargs)
+
+    async def aexit_now(self: SourceAdapter, *args: Any, **kwargs: Any) -> Any:
         try:
             return await leave(self, *args, **kwargs)
         finally:
@@ -185,6 +193,8 @@ class SourceAdapter:
         self.last_sql: str | None = None
         self.loads: dict[str, LoadRecord] = {}
         self._open = False
+        self._holds = 0  # detached runs using the reader: see hold()
+        self._deferred_exit: Callable[[], Awaitable[Any]] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Let :attr:`is_open` follow a subclass's own ``__aenter__``/``__aexit__``."""
@@ -208,8 +218,55 @@ class SourceAdapter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
+        if self._defer_exit(self._close_now):
+            return
+        await self._close_now()
+
+    async def _close_now(self) -> None:
         self._open = False
         await self.close()
+
+    # -- detached runs ----------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Keep the reader open past its ``async with`` block until :meth:`release`.
+
+        A run that goes on after its HTTP request answered (202, see
+        :mod:`producer_lib.runner.runs`) holds the reader the caller's ``async with``
+        opened: leaving that block then does not close it (neither this class's
+        ``__aexit__`` nor a subclass's own), the close waits for the run.
+        """
+        self._holds += 1
+
+    async def release(self) -> None:
+        """End one :meth:`hold`; after the last, run the ``__aexit__`` that was deferred.
+
+        Never raises: an error of the deferred close is logged.
+        """
+        self._holds = max(0, self._holds - 1)
+        if self._holds or self._deferred_exit is None:
+            return
+        leave, self._deferred_exit = self._deferred_exit, None
+        try:
+            await leave()
+        except Exception as exc:  # the run is over; nobody is left to raise to
+            self.logger.error("deferred close of reader %s failed: %s: %s",
+                              type(self).__name__, type(exc).__name__, exc)  # fmt: skip
+
+    @property
+    def is_held(self) -> bool:
+        """True while a detached run holds the reader (see :meth:`hold`)."""
+        return self._holds > 0
+
+    def _defer_exit(self, leave: Callable[[], Awaitable[Any]]) -> bool:
+        """Keep ``leave`` for :meth:`release` when held (True), else False."""
+        if not getattr(self, "_holds", 0):  # also a subclass that skipped super().__init__
+            return False
+        if self._deferred_exit is None:  # the outermost __aexit__ is the one to replay
+            self._deferred_exit = leave
+            self.logger.info("reader %s stays open for the run that holds it; it closes when "
+                             "that run ends", type(self).__name__)  # fmt: skip
+        return True
 
     async def open(self) -> None:
         """Open the source (connections, sessions). Readers extend this."""
