@@ -292,3 +292,36 @@ def test_container_server_answers_202_and_serves_the_run_status(monkeypatch, tmp
 
     asyncio.run(scenario())
     assert len(consume_all(flow["bootstrap"], flow["class"].topic)) == 16
+
+
+# -- holds without a run -----------------------------------------------------------------------
+
+
+class SuperReader(DuckDBReader):
+    """Extends ``close`` and calls ``super().__aexit__``: the usual way."""
+
+    closes = 0
+
+    async def __aexit__(self, *exc):
+        await super().__aexit__(*exc)
+
+    async def close(self) -> None:
+        self.closes += 1
+
+
+@pytest.mark.parametrize("reader_class", [SessionReader, SuperReader, DuckDBReader])
+def test_a_held_reader_closes_once_when_released_not_when_its_block_ends(reader_class):
+    async def scenario() -> None:
+        async with reader_class(log) as reader:
+            reader.hold()
+        assert reader.is_open and reader.is_held  # the block ended; the holder still reads
+        await reader.release()
+        assert not reader.is_open and not reader.is_held
+        await reader.release()  # a second release closes nothing more
+        if hasattr(reader, "closes"):
+            assert reader.closes == 1
+        async with reader_class(log) as unheld:
+            pass
+        assert not unheld.is_open  # without a hold nothing changes
+
+    asyncio.run(scenario())
