@@ -300,7 +300,8 @@ class TransactionalProducer:
             return None
         commit_id = str(uuid.uuid4())
         with self._aborting_on_error():
-            remaining = kafka.flush(self._settings.transaction_timeout_ms / 1000)
+            flush_s = self._settings.transaction_timeout_ms / 1000
+            remaining = self._run_txn("flush", lambda: kafka.flush(flush_s))
             if remaining:
                 raise ProduceError(f"{remaining} message(s) not delivered in time",
                                    producer=self.transactional_id)  # fmt: skip

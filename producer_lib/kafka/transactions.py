@@ -14,6 +14,7 @@ so the producer can abort or mark itself broken.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -103,9 +104,9 @@ def call_transactional(
     """
     for attempt in range(1, attempts + 1):
         try:
-            return call()
+            return _calling(call)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            error = _kafka_error(exc)
             kind: ErrorKind = classify(error) if error is not None else "fatal"
             if kind == "retriable" and attempt < attempts:
                 log.warning(
@@ -123,6 +124,32 @@ def call_transactional(
             failed.code = error.code() if error is not None else None
             raise failed from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _calling(call: Callable[[], T]) -> T:
+    """``call()``, with a raw ``KafkaError`` raised by confluent-kafka made a KafkaException.
+
+    A transactional producer's ``flush`` that meets a fatal error (fenced) raises the
+    ``KafkaError`` object itself, which is no exception class: only a bare ``except`` sees
+    it, and it would pass every ``except Exception`` up to the interpreter.
+    """
+    try:
+        return call()
+    except KafkaException:
+        raise
+    except:  # noqa: E722 - the only clause that matches a raised non-exception object
+        raised = sys.exc_info()[1]
+        if isinstance(raised, KafkaError):
+            raise KafkaException(raised) from None
+        raise
+
+
+def _kafka_error(exc: object) -> KafkaError | None:
+    """The KafkaError of a KafkaException, or the error itself when that was raised."""
+    if isinstance(exc, KafkaError):
+        return exc
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], KafkaError) else None
 
 
 StartupCause = Literal["authentication", "tls", "security_protocol", "unreachable"]

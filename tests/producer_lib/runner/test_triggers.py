@@ -210,6 +210,7 @@ def test_a_concurrent_run_of_the_same_partition_fences_the_first(flow_env, tmp_p
     gate.touch()
     out, err = first.communicate(timeout=120)
     assert first.returncode == 1, err.decode()[-2000:]
+    assert out, err.decode()[-3000:]
     assert json.loads(out)["status"] == "FAILED"
     assert len(consume_all(flow_env["bootstrap"], flow_env["topic"])) == 16  # 11 + 5, once
     assert last_log(flow_env)["delta_pointer"] == 14  # the fenced run could not move it
