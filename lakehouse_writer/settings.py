@@ -14,14 +14,15 @@ refuses what the producer refuses, and a bad setting raises
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, PrivateAttr
+from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 
 from producer_lib.settings import EnvSettings, KafkaSettings, SchemaRegistrySettings
 
 # Kafka's own internal topics start with "__"; `_schemas` holds the catalog, not rows.
-DEFAULT_TOPICS_REGEX = r"(?!__|_schemas$).+"
+DEFAULT_TOPICS_REGEX = r"(?!__|_flow_schemas$|_schemas$).+"
 _KAFKA_PREFIX = "KAFKA_"
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -41,8 +42,9 @@ class LakehouseSettings(EnvSettings):
     names) are handed to it, and ``kafka=`` takes a ready one.
 
     Attributes:
-        lakehouse_path: Root of the Delta tables (``LAKEHOUSE_PATH``).
-        checkpoint_path: Streaming checkpoint (``LAKEHOUSE_CHECKPOINT_PATH``).
+        lakehouse_path: Root of the Delta tables (``LAKEHOUSE_PATH``); a relative local path
+            is made absolute (Delta's SQL cannot name a table by a relative path).
+        checkpoint_path: Streaming checkpoint (``LAKEHOUSE_CHECKPOINT_PATH``); likewise.
         kafka_bootstrap_servers: ``KAFKA_BOOTSTRAP_SERVERS``; the devstack broker by default.
         schema_registry_url: ``SCHEMA_REGISTRY_URL``; Confluent-framed rows need it.
         topics_regex: Java regex of the topics to subscribe to (``LAKEHOUSE_TOPICS_REGEX``).
@@ -51,7 +53,9 @@ class LakehouseSettings(EnvSettings):
         reload_one_pass_min_rows: A batch with at least this many offsets of one topic that
             looks like a reload into an empty table is written in the pass that reads it
             (:mod:`lakehouse_writer.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``); 0: never.
-        schemas_topic: The schema catalog topic (``_schemas``).
+        schemas_topic: The schema catalog topic (``_flow_schemas``; ``LAKEHOUSE_SCHEMAS_TOPIC``
+            or the producer's ``FLOW_SCHEMAS_TOPIC``). Its old name ``_schemas`` is read for
+            schemas the catalog lacks.
         commits_topic: Commit records (``_commits``).
         execution_log_topic: Run records (``_execution_log``).
         lineage_topic: Lineage documents (``_lineage``).
@@ -75,13 +79,25 @@ class LakehouseSettings(EnvSettings):
     reload_one_pass_min_rows: int = Field(
         50_000, ge=0, validation_alias="LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS"
     )
-    schemas_topic: str = Field("_schemas", validation_alias="LAKEHOUSE_SCHEMAS_TOPIC")
+    schemas_topic: str = Field(
+        "_flow_schemas",
+        validation_alias=AliasChoices("LAKEHOUSE_SCHEMAS_TOPIC", "FLOW_SCHEMAS_TOPIC"),
+    )
     commits_topic: str = Field("_commits", validation_alias="LAKEHOUSE_COMMITS_TOPIC")
     execution_log_topic: str = Field(
         "_execution_log", validation_alias="LAKEHOUSE_EXECUTION_LOG_TOPIC"
     )
     lineage_topic: str = Field("_lineage", validation_alias="LAKEHOUSE_LINEAGE_TOPIC")
     _kafka: KafkaSettings = PrivateAttr()
+
+    @field_validator("lakehouse_path", "checkpoint_path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        """``./lake`` -> ``/current/dir/lake``; URIs (``abfss://``, ``file:``) stay as given."""
+        if ":" in path or Path(path).is_absolute():
+            return path
+        return str(Path(path).resolve())
+
     _registry: SchemaRegistrySettings = PrivateAttr()
 
     def __init__(self, kafka: KafkaSettings | None = None, **values: Any) -> None:
