@@ -20,6 +20,7 @@ reads the Delta tables back: they equal the sources.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from datetime import UTC
 from decimal import Decimal
@@ -57,9 +58,15 @@ def sources(monkeypatch, kafka_bootstrap, kafka_admin):
     kafka_admin.delete_topics([LABWARE_TOPIC, STARTEK_TOPIC])
 
 
+@functools.cache
+def functions_of(app) -> tuple:
+    """The app's functions, built once: azure.functions refuses to build them twice."""
+    return tuple(app.get_functions())
+
+
 def call(app, route: str) -> tuple[int, dict]:
     """Call the app's function for ``route`` as Azure would: the document's route, no load."""
-    [function] = [f for f in app.get_functions() if f.get_trigger().route == route]
+    [function] = [f for f in functions_of(app) if f.get_trigger().route == route]
     request = func.HttpRequest("GET", f"http://localhost/api/{route}", body=b"")
     response = asyncio.run(function.get_user_function()(request))
     return response.status_code, json.loads(response.get_body())
