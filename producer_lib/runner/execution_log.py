@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -72,9 +73,15 @@ class ExecutionRecord:
 
 
 def read_latest(
-    settings: KafkaSettings, topic: str, key: str, timeout_s: float = 30.0
+    settings: KafkaSettings,
+    topic: str,
+    key: str,
+    timeout_s: float = 30.0,
+    where: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any] | None:
     """The latest committed value of ``key`` on ``topic`` (``read_committed``), or None.
+
+    ``where`` narrows it to the latest value it accepts (e.g. the records of one run).
 
     Reads every partition from the start up to its end. A ``read_committed`` reader can hit
     end-of-partition at the last stable offset before the commit markers of a just-committed
@@ -96,7 +103,7 @@ def read_latest(
                 for p in partitions}  # fmt: skip
         todo = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        return _scan(consumer, topic, key.encode(), todo, ends, timeout_s)
+        return _scan(consumer, topic, key.encode(), todo, ends, timeout_s, where)
     except KafkaException as exc:
         raise ProduceError(f"cannot read {topic}: {exc.args[0]}", topic=topic, key=key) from exc
     finally:
@@ -105,7 +112,7 @@ def read_latest(
 
 def _scan(
     consumer: Consumer, topic: str, key: bytes, todo: set[int], ends: dict[int, int],
-    timeout_s: float,
+    timeout_s: float, where: Callable[[dict[str, Any]], bool] | None,
 ) -> dict[str, Any] | None:  # fmt: skip
     latest: dict[str, Any] | None = None
     deadline = time.monotonic() + timeout_s
@@ -125,7 +132,9 @@ def _scan(
                 todo.discard(msg.partition())
             continue
         if msg.key() == key and msg.value() is not None:
-            latest = json.loads(msg.value())
+            value = json.loads(msg.value())
+            if where is None or where(value):
+                latest = value
     return latest
 
 

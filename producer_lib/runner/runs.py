@@ -33,11 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
 from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
-from producer_lib.runner.execution_log import _consumer_config, _partitions, log_key
+from producer_lib.runner.execution_log import log_key, read_latest
 from producer_lib.settings import KafkaSettings
 
 if TYPE_CHECKING:
@@ -332,56 +330,11 @@ def read_run_record(
 ) -> dict[str, Any] | None:
     """The last committed ``_execution_log`` record of run ``run_id`` under ``key``, or None.
 
-    Reads every partition from the start to its end (``read_committed``), like
-    :func:`~producer_lib.runner.execution_log.read_latest`.
-
     Raises:
         ProduceError: The topic cannot be read to its end within ``timeout_s``.
     """
-    topic = EXECUTION_LOG_TOPIC
-    consumer = Consumer(_consumer_config(settings))
-    try:
-        partitions = _partitions(consumer, topic, settings.connect_timeout_s)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                  timeout=settings.connect_timeout_s)[1]
-                for p in partitions}  # fmt: skip
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        return _scan_for_run(consumer, key.encode(), run_id, todo, ends, timeout_s)
-    except KafkaException as exc:
-        raise ProduceError(f"cannot read {topic}: {exc.args[0]}", topic=topic, key=key) from exc
-    finally:
-        consumer.close()
-
-
-def _scan_for_run(
-    consumer: Consumer, key: bytes, run_id: str, todo: set[int], ends: dict[int, int],
-    timeout_s: float,
-) -> dict[str, Any] | None:  # fmt: skip
-    found: dict[str, Any] | None = None
-    deadline = time.monotonic() + timeout_s
-    while todo:
-        if time.monotonic() > deadline:
-            raise ProduceError(f"{EXECUTION_LOG_TOPIC} could not be read to its end within "
-                               f"{timeout_s:g} s; poll again",
-                               topic=EXECUTION_LOG_TOPIC)  # fmt: skip
-        msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        error, partition, offset = msg.error(), msg.partition() or 0, msg.offset() or 0
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                raise ProduceError(f"cannot read {EXECUTION_LOG_TOPIC}: {error}",
-                                   topic=EXECUTION_LOG_TOPIC)  # fmt: skip
-            if offset >= ends[partition]:
-                todo.discard(partition)
-            continue
-        raw = msg.value()
-        if msg.key() == key and raw is not None:
-            value = json.loads(raw)
-            if value.get("run_id") == run_id:
-                found = value
-    return found
+    return read_latest(settings, EXECUTION_LOG_TOPIC, key, timeout_s,
+                       where=lambda record: record.get("run_id") == run_id)  # fmt: skip
 
 
 async def azure_run_status(req: func.HttpRequest) -> func.HttpResponse:
