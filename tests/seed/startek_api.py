@@ -8,12 +8,12 @@ loopback port in a background thread (the flow under test runs its own event loo
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections import Counter
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
+
+from tests.support.loopback_app import LoopbackApp
 
 PAGES = 3
 ATTRIBUTES = [  # Name, AttributeType, AttributeValue; page = position // 2 + 1
@@ -25,7 +25,7 @@ ATTRIBUTES = [  # Name, AttributeType, AttributeValue; page = position // 2 + 1
 ]
 
 
-class StarTekApi:
+class StarTekApi(LoopbackApp):
     """The API, serving :data:`ATTRIBUTES` in :data:`PAGES` pages to holders of ``token``.
 
     Attributes:
@@ -33,12 +33,9 @@ class StarTekApi:
     """
 
     def __init__(self, token: str) -> None:
+        super().__init__()
         self.token = token
         self.requests: Counter[int] = Counter()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
     async def _attributes(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {self.token}":
@@ -49,24 +46,6 @@ class StarTekApi:
         items: list[dict[str, Any]] = ATTRIBUTES[(page - 1) * 2 : page * 2]
         return web.json_response({"items": items})
 
-    async def _start(self, sock: socket.socket) -> None:
-        app = web.Application()
-        app.router.add_get("/attributes", self._attributes)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
-
-    def __enter__(self) -> Self:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(sock), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+    def routes(self, router: web.UrlDispatcher) -> None:
+        """The API's one route."""
+        router.add_get("/attributes", self._attributes)

@@ -8,19 +8,19 @@ under test runs its own event loop). Change the data between runs, not during on
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
+
+from tests.support.loopback_app import LoopbackApp
 
 BASE_TIME = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
-class ShopApi:
+class ShopApi(LoopbackApp):
     """Orders ``1..orders``, order ``n`` stamped ``BASE_TIME + (n - 1) // 10`` seconds.
 
     Ten orders share each stamp, so the newest stamp is shared too (the boundary case).
@@ -33,6 +33,7 @@ class ShopApi:
     """
 
     def __init__(self, orders: int = 250, delay_s: float = 0.02) -> None:
+        super().__init__()
         self.orders = {n: _order(n, n % 7 + 1, "placed", Decimal(n) * Decimal("1.25"),
                                  BASE_TIME + timedelta(seconds=(n - 1) // 10))
                        for n in range(1, orders + 1)}  # fmt: skip
@@ -41,10 +42,6 @@ class ShopApi:
         self.failures = 0
         self.in_flight = self.max_in_flight = 0
         self._failing: dict[int, list[int]] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
     # -- the data and the failures --------------------------------------------------------
 
@@ -85,27 +82,9 @@ class ShopApi:
                  for row in rows[(page - 1) * size : page * size]]  # fmt: skip
         return {"items": items, "total": len(rows)}
 
-    async def _start(self, sock: socket.socket) -> None:
-        app = web.Application()
-        app.router.add_get("/orders", self._orders)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
-
-    def __enter__(self) -> Self:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(sock), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+    def routes(self, router: web.UrlDispatcher) -> None:
+        """The API's one route."""
+        router.add_get("/orders", self._orders)
 
 
 def _order(n: int, customer: int, status: str, amount: Decimal, at: datetime) -> dict[str, Any]:
