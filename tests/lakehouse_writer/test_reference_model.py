@@ -168,10 +168,14 @@ def produce(producer: KafkaProducer, targets: Mapping[str, Target], flow: Flow, 
 
 
 def abort(producer: KafkaProducer, target: Target) -> None:
-    """Abort the open transaction the way a flow does: a row that does not fit the schema."""
+    """Abort the open transaction the way a flow does: a row that does not fit the schema.
+
+    The producer then refuses more rows until the flow acknowledges the abort (``abort()``).
+    """
     time.sleep(_ABORT_WAIT_S)
     with pytest.raises(SchemaError):
         producer.produce_row(target, {}, {"NOT_A_COLUMN": 1}, RowType.INSERT)
+    producer.abort()
 
 
 def read_back(bootstrap: str, flow: Flow) -> dict[str, dict[int, model.Position]]:
