@@ -118,7 +118,8 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         "topic", "partition", "offset", HEADER,
         F.when(~ok, F.col("key")).alias("key"), F.when(~ok, F.col("value")).alias("value"),
         *[f"__r{i}" for i in range(len(expected))],
-    ).persist()  # fmt: skip
+    )  # fmt: skip
+    frame = few_partitions(frame).persist()
     found = BatchScan(frame)
     try:
         groups = _aggregate(frame, expected)
@@ -144,6 +145,18 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         summary = RowSummary.of_counts(r for r in rows if r[0] is not None)
         found.decoded[e.header] = Decoded(parsed, summary, failures)
     return found
+
+
+def few_partitions(frame: DataFrame) -> DataFrame:
+    """``frame`` in at most as many partitions as Spark has cores (merged, no shuffle).
+
+    The Kafka source gives one partition per topic partition, and every job over the
+    cached batch runs a task per partition of it: a batch over 100 single-partition topics
+    ran 100 tasks in each of a table's jobs — most of what a small table cost. With the
+    partitions merged, a job over one table's rows runs a task per core, whose cached
+    column batches of other tables are skipped by their statistics.
+    """
+    return frame.coalesce(frame.sparkSession.sparkContext.defaultParallelism)
 
 
 def _from_avro(e: Expected) -> Column:
