@@ -3,7 +3,8 @@
 :class:`BatchProcessor` is what ``foreachBatch`` calls. Per micro-batch it reads, decodes and
 caches the batch in one pass and finds the highest offset of every topic partition
 (:mod:`lakehouse_writer.scan`), decodes the rows of schemas it did not expect
-(:mod:`lakehouse_writer.read`) and applies them table by table (:mod:`lakehouse_writer.apply`),
+(:mod:`lakehouse_writer.read`) and applies them per table (:mod:`lakehouse_writer.apply`; the
+tables of a batch are created, and applied, several at a time: :mod:`lakehouse_writer.parallel`),
 appends ``_rejected``, ``_execution_log`` and ``_lineage``, writes the ``_commits`` rows of
 the commits now complete (:mod:`lakehouse_writer.commits`), and last the batch's state
 (:mod:`lakehouse_writer.state`; it holds the TRUNCATEs applied, too). Every write is
@@ -21,6 +22,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,7 @@ from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
+from lakehouse_writer.parallel import Outcome, TableApplier, on_session, workers_from_env
 from lakehouse_writer.probe import connect_timeout, probe_kafka
 from lakehouse_writer.read import (
     DecodedBatch,
@@ -117,6 +120,7 @@ class BatchProcessor:
         self._persisted: list[DataFrame] = []
         self._merged: list[str] = []  # paths of the tables merged into by the running batch
         self._expected = ExpectedSchemas()
+        self._workers = workers_from_env()  # tables applied at once (lakehouse_writer.parallel)
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
         self._ahead: set[bytes] = set()  # headers whose table is known to exist
         self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
@@ -406,30 +410,35 @@ class BatchProcessor:
             return [], []
         stopped = dict(self.state.stopped)
         decoded = DecodedBatch()
-        if data_topics:
-            data = df.filter(F.col("topic").isin(*data_topics))
-            tags = set().union(*(headers[t] for t in data_topics))
-            with steps("decode"):
-                decoded = decode_batch(data, self._catalog, self._tables, stopped, tags,
-                                       found.decoded)  # fmt: skip
-            self._persisted += decoded.cached  # decoded once, read by every step of the apply
-            for header, entry in decoded.schemas.items():
-                self._expected.saw(header, entry)
-        changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
-        with steps("apply"):
-            reload = self._settle(reload, decoded, batch_id)
-        results = self._commit_reload(reload, changes, steps)
+        with TableApplier(df.sparkSession, self._workers) as applier:
+            if data_topics:
+                data = df.filter(F.col("topic").isin(*data_topics))
+                tags = set().union(*(headers[t] for t in data_topics))
+                with steps("decode"):
+                    decoded = decode_batch(
+                        data, self._catalog, self._tables, stopped, tags, found.decoded, applier
+                    )
+                self._persisted += decoded.cached  # decoded once, read by every step after
+                for header, entry in decoded.schemas.items():
+                    self._expected.saw(header, entry)
+            changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
+            with steps("apply"):
+                reload = self._settle(reload, decoded, batch_id)
+            results = self._commit_reload(reload, changes, steps)
+            with steps("apply"):
+                outcomes = self._apply_tables(decoded, batch_id, applier)
         rejected = list(decoded.rejected)
-        for ref, (info, rows) in decoded.tables.items():
-            try:
-                applied = self._truncates.of(ref.qualified)
-                with steps("apply"):
-                    result = apply_batch(rows, batch_id, info, self._instance, applied,
-                                         decoded.summaries.get(ref))  # fmt: skip
-            except LakehouseWriterError as exc:
-                log.error("apply failed table=%s batch=%d error=%s", ref.qualified, batch_id, exc)
-                rejected.append(rejected_rows(rows, str(exc), ref.qualified))
+        for outcome in outcomes:  # in table order, whichever finished first
+            ref, (info, rows) = outcome.item
+            if isinstance(outcome.error, LakehouseWriterError):
+                error = outcome.error
+                log.error("apply failed table=%s batch=%d error=%s", ref.qualified, batch_id, error)
+                rejected.append(rejected_rows(rows, str(error), ref.qualified))
                 continue
+            if outcome.error is not None:
+                raise outcome.error
+            result = outcome.result
+            assert result is not None
             results.append(result)
             if not (result.fast_path or info.append_only):
                 self._merged.append(info.path)
@@ -438,6 +447,29 @@ class BatchProcessor:
             if result.rejected is not None:
                 rejected.append(result.rejected)
         return results, rejected
+
+    def _apply_tables(
+        self, decoded: DecodedBatch, batch_id: int, applier: TableApplier
+    ) -> list[Outcome[tuple[TableRef, tuple[TableInfo, DataFrame]], ApplyResult]]:
+        """:func:`apply_batch` for each table of ``decoded``, on ``applier``'s threads.
+
+        Each table runs on the worker's own session (its txn confs are its own); the rows
+        it rejects come back on the batch's session.
+        """
+        applied = {ref: self._truncates.of(ref.qualified) for ref in decoded.tables}
+
+        def one(
+            item: tuple[TableRef, tuple[TableInfo, DataFrame]], session: SparkSession
+        ) -> ApplyResult:
+            ref, (info, rows) = item
+            rows = on_session(rows, session)
+            summary = decoded.summaries.get(ref)
+            result = apply_batch(rows, batch_id, info, self._instance, applied[ref], summary)
+            if result.rejected is None:
+                return result
+            return replace(result, rejected=on_session(result.rejected, applier.session))
+
+        return applier.map(one, list(decoded.tables.items()))
 
     def _settle(
         self, reload: Speculation | None, decoded: DecodedBatch, batch_id: int

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame
 
+    from lakehouse_writer.parallel import TableApplier
     from lakehouse_writer.scan import Decoded
     from lakehouse_writer.settings import LakehouseSettings
 
@@ -120,6 +121,7 @@ def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry
 def decode_batch(
     df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: dict[str, str],
     headers: set[bytes | None], decoded: Mapping[bytes, Decoded] | None = None,
+    applier: TableApplier | None = None,
 ) -> DecodedBatch:  # fmt: skip
     """Decode the data-topic rows of one batch (``df``: the scan's cached frame).
 
@@ -134,12 +136,24 @@ def decode_batch(
             without one.
         decoded: Rows already decoded by the scan, by header; the rows of those headers in
             ``df`` are not decoded again.
+        applier: Runs work of several tables at a time: with it, the batch's tables are
+            created or evolved first, and the rows of the schemas the scan did not decode
+            are decoded, cached and summarized, several at a time (:func:`_parse_ahead`).
+            What fails there is done again one by one, where its errors are reported.
     """
     from pyspark.sql import functions as F
 
     tags = {header_tag(h): h for h in headers if h is not None}
     entries = resolve(set(tags), catalog)
     out = DecodedBatch()
+    done: dict[bytes, Decoded | Parsed] = dict(decoded or {})
+    if applier is not None:
+        schemas = _value_schemas(entries, stopped)
+        tables.ensure_all(schemas.values(), applier)
+        todo = {tag: schema for tag, schema in schemas.items() if tags[tag] not in done}
+        ahead = _parse_ahead(df, tags, entries, todo, tables, applier)
+        out.cached.extend(p.parsed for p in ahead.values())
+        done.update(ahead)
     if None in headers:
         out.rejected.append(rejected_rows(df.filter(F.col(HEADER).isNull()), _NO_HEADER,
                                           None))  # fmt: skip
@@ -149,8 +163,69 @@ def decode_batch(
     for tag, entry in sorted(entries.items()):
         out.schemas[tags[tag]] = entry
         rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
-        _decode_one(rows, tag, entry, tables, stopped, out, (decoded or {}).get(tags[tag]))
+        _decode_one(rows, tag, entry, tables, stopped, out, done.get(tags[tag]))
     return out
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """The rows of one writer schema decoded ahead (:func:`_parse_ahead`).
+
+    Attributes:
+        parsed: :func:`parse_rows` of them, cached.
+        summary: Counts per change type and key range of the rows that decoded.
+        failures: Rows that did not decode.
+    """
+
+    parsed: DataFrame
+    summary: RowSummary
+    failures: int
+
+
+def _value_schemas(
+    entries: Mapping[str, CatalogEntry], stopped: Mapping[str, str]
+) -> dict[str, ValueSchema]:
+    """The value schemas of ``entries`` by tag, but those of stopped tables or not valid."""
+    schemas = {}
+    for tag, entry in entries.items():
+        try:
+            schema = ValueSchema.from_avro_json(entry.schema_json)
+        except SchemaError:
+            continue  # the decode rejects its rows
+        if TableRef.of(schema).qualified not in stopped:
+            schemas[tag] = schema
+    return schemas
+
+
+def _parse_ahead(
+    df: DataFrame,
+    tags: Mapping[str, bytes],
+    entries: Mapping[str, CatalogEntry],
+    schemas: Mapping[str, ValueSchema],
+    tables: TableManager,
+    applier: TableApplier,
+) -> dict[bytes, Parsed]:
+    """Decode, cache and summarize the rows of each of ``schemas``, several at a time.
+
+    Each schema costs a job over the cached batch whatever its rows: a batch over many
+    tables runs them side by side. By header; a schema that fails is left out (its rows
+    are decoded again one by one, and the error reported there).
+    """
+    from pyspark.sql import functions as F
+
+    def one(tag: str, _: object) -> Parsed:
+        info = tables.ensure(schemas[tag])
+        rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
+        parsed = parse_rows(rows, tag, entries[tag].schema_json).persist()
+        try:
+            summary, failures = _summarize(parsed, schemas[tag], info)
+        except BaseException:
+            parsed.unpersist()
+            raise
+        return Parsed(parsed, summary, failures)
+
+    outcomes = applier.map(one, sorted(schemas))
+    return {tags[o.item]: o.result for o in outcomes if o.result is not None}
 
 
 _NO_HEADER = (
@@ -162,7 +237,7 @@ _UNKNOWN = "unknown writer schema (not on _schemas / the registry): "
 
 def _decode_one(
     rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager,
-    stopped: dict[str, str], out: DecodedBatch, scanned: Decoded | None,
+    stopped: dict[str, str], out: DecodedBatch, scanned: Decoded | Parsed | None,
 ) -> None:  # fmt: skip
     try:
         schema = ValueSchema.from_avro_json(entry.schema_json)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    from lakehouse_writer.parallel import TableApplier
+
 log = logging.getLogger(__name__)
 
 _ESCAPED = "~/\\:%"
@@ -178,7 +180,8 @@ class TableManager:
         self._lakehouse = lakehouse
         self._checked: dict[tuple[TableRef, str], TableInfo] = {}
         self._created: set[TableRef] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the lock per table
+        self._locks: dict[TableRef, threading.Lock] = {}
 
     def ensure(self, schema: ValueSchema) -> TableInfo:
         """Create the table of ``schema`` or evolve it to take the schema's rows.
@@ -188,7 +191,7 @@ class TableManager:
         """
         ref = TableRef.of(schema)
         cache_key = (ref, schema.to_json())
-        with self._lock:  # tables are made ahead on another thread too (create_missing)
+        with self._lock_of(ref):  # other threads make tables too (create_missing, ensure_all)
             if cache_key not in self._checked:
                 path = ref.path(self._lakehouse)
                 if _is_delta(self._spark, path):
@@ -207,12 +210,28 @@ class TableManager:
         """
         ref = TableRef.of(schema)
         path = ref.path(self._lakehouse)
-        with self._lock:
+        with self._lock_of(ref):
             if ref in self._created or _is_delta(self._spark, path):
                 return False
             self._create(ref, path, schema)
             self._checked[(ref, schema.to_json())] = self._info(ref, path)
             return True
+
+    def ensure_all(self, schemas: Iterable[ValueSchema], applier: TableApplier) -> None:
+        """:meth:`ensure` the tables of ``schemas`` at the same time, on ``applier``'s threads.
+
+        A batch over many tables pays a table's creation (a Delta commit) or check once for
+        them all rather than once each. A failure is only logged: the batch's own
+        :meth:`ensure` of that table raises it again, and reports it.
+        """
+        for outcome in applier.map(lambda schema, _: self.ensure(schema), list(schemas)):
+            if outcome.error is not None:
+                log.debug("table not made ahead of its rows table=%s error=%s",
+                          TableRef.of(outcome.item).qualified, outcome.error)  # fmt: skip
+
+    def _lock_of(self, ref: TableRef) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(ref, threading.Lock())
 
     def _create(self, ref: TableRef, path: str, schema: ValueSchema) -> None:
         _create(self._spark, path, schema)

@@ -1,0 +1,93 @@
+"""Tables of one batch applied at the same time: each keeps its own exactly-once txn ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lakehouse_writer import txn
+from lakehouse_writer.apply import apply_batch
+from lakehouse_writer.parallel import WORKERS_ENV, TableApplier, on_session, workers_from_env
+from lakehouse_writer.tables import TableManager
+from tests.support.writer import rows_df, sample_schema, table_rows
+
+pytestmark = pytest.mark.spark
+
+TABLES = 6
+
+
+def _txns(path: str) -> list[tuple[int, str, int]]:
+    """(table version, appId, txnVersion) of every ``txn`` action in the table's log."""
+    found = []
+    for log_file in sorted((Path(path) / "_delta_log").glob("[0-9]*.json")):
+        for line in log_file.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                found.append((int(log_file.stem), action["txn"]["appId"], action["txn"]["version"]))
+    return found
+
+
+def test_concurrent_merges_commit_each_tables_own_txn_ids_and_replays_change_nothing(
+    spark, tmp_path
+):
+    manager = TableManager(spark, str(tmp_path / "lake"))
+    schemas = [sample_schema(name=f"T{i}") for i in range(TABLES)]
+    with TableApplier(spark, workers=4) as applier:
+        manager.ensure_all(schemas, applier)
+        tables = [manager.ensure(s) for s in schemas]
+
+        def batch(batch_id, rows_of):
+            def one(i, session):
+                rows = on_session(rows_df(spark, schemas[i], rows_of(i)), session)
+                return apply_batch(rows, batch_id, tables[i], "w1")
+
+            outcomes = applier.map(one, list(range(TABLES)))
+            assert [o.error for o in outcomes] == [None] * TABLES
+            return [o.result for o in outcomes]
+
+        batch(0, lambda i: [{"ID": k, "NAME": f"t{i}-{k}", "__change_type": "I", "t": 1}
+                            for k in range(5)])  # fmt: skip
+        changes = lambda i: [  # noqa: E731 - the same rows again for the replay
+            {"ID": 1, "NAME": f"t{i}-new", "__change_type": "U", "t": 2},
+            {"ID": 2, "__change_type": "D", "t": 2},
+        ]
+        merged = batch(1, changes)
+        replayed = batch(1, changes)  # a replay after a crash: every MERGE is skipped
+
+    assert spark.conf.get(txn.TXN_APP_ID, None) is None  # no txn conf left on the session
+    for i, table in enumerate(tables):
+        assert table_rows(spark, table.path) == [
+            (0, f"t{i}-0"), (1, f"t{i}-new"), (3, f"t{i}-3"), (4, f"t{i}-4")
+        ]  # fmt: skip
+        app_id = txn.app_id_for("w1", table.ref.qualified)
+        last = _txns(table.path)[-1]
+        assert last == (merged[i].version, app_id, txn.txn_version(1, txn.STEP_ROWS))
+        assert replayed[i].version == merged[i].version  # nothing committed by the replay
+        assert all(a == app_id for _, a, _ in _txns(table.path))  # no other table's ids
+
+
+def test_every_table_runs_and_errors_come_back_in_table_order(spark):
+    def apply(item, session):
+        if item == 2:
+            raise RuntimeError("table 2 failed")
+        return session.range(item).count()
+
+    with TableApplier(spark, workers=3) as applier:
+        outcomes = applier.map(apply, [1, 2, 3, 4])
+    assert [o.item for o in outcomes] == [1, 2, 3, 4]
+    assert [o.result for o in outcomes] == [1, None, 3, 4]
+    assert [str(o.error) if o.error else None for o in outcomes] == [None, "table 2 failed",
+                                                                      None, None]  # fmt: skip
+
+
+def test_workers_come_from_the_environment_and_a_bad_value_is_refused(monkeypatch):
+    monkeypatch.delenv(WORKERS_ENV, raising=False)
+    assert workers_from_env(4) == 4
+    monkeypatch.setenv(WORKERS_ENV, "8")
+    assert workers_from_env() == 8
+    monkeypatch.setenv(WORKERS_ENV, "zero-ish")
+    with pytest.raises(ValueError, match=WORKERS_ENV) as caught:
+        workers_from_env()
+    assert "zero-ish" not in str(caught.value)
