@@ -244,8 +244,14 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
                 secs = drain(spark, settings)
                 result["delta_drain_s"] = round(secs, 2)
                 result["steps_delta"] = steps.take()
-                checked(spark, settings, paths, versions, "delta",
-                        {"numTargetRowsUpdated": UPDATES, "numTargetRowsDeleted": DELETES})
+                checked(
+                    spark,
+                    settings,
+                    paths,
+                    versions,
+                    "delta",
+                    {"numTargetRowsUpdated": UPDATES, "numTargetRowsDeleted": DELETES},
+                )
                 log.info("delta drain: %d tables in %.1f s", args.tables, secs)
         finally:
             logging.getLogger("lakehouse_writer").removeHandler(steps)
@@ -278,8 +284,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=2_000, help="rows per table in (a)")
     parser.add_argument("--partitions", type=int, default=1, help="partitions per topic")
     parser.add_argument("--event-log", default=None, help="keep Spark's event log in this dir")
-    parser.add_argument("--verbose", action="store_true",
-                        help="log the writer's own lines (per batch and table, with times)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="log the writer's own lines (per batch and table, with times)",
+    )
     args = parser.parse_args(argv)
     if args.tables < 1 or args.rows < 100:
         parser.error("--tables must be at least 1 and --rows at least 100")
