@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
@@ -107,6 +107,47 @@ def body_column(header_length: int) -> Column:
 
     skip = header_length
     return F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
+
+
+def avro_struct(body: Column, schema_json: str) -> Column:
+    """``from_avro(body, schema_json)`` in PERMISSIVE mode (null fields where bytes are bad).
+
+    PySpark's ``from_avro`` passes its options as a ``CreateMap`` expression, which every
+    copy of the expression evaluates through one shared, unsynchronized map builder: two
+    threads planning queries over the same decoded rows at once (the tables of a batch,
+    :mod:`lakehouse_writer.parallel`) failed with ``DUPLICATED_MAP_KEY``. Here the options
+    are a map literal, evaluated without a builder. Where Spark's classes differ, PySpark's
+    ``from_avro``.
+    """
+    from py4j.protocol import Py4JError
+    from pyspark.sql import Column as PyColumn
+    from pyspark.sql import SparkSession
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.types import MapType, StringType
+
+    session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    try:
+        assert session is not None
+        jvm: Any = session._jvm  # type: ignore[attr-defined]
+        expressions, types = (
+            jvm.org.apache.spark.sql.catalyst.expressions,
+            jvm.org.apache.spark.sql.types,
+        )
+        options = expressions.Literal.create(
+            jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(_AVRO_OPTIONS),
+            types.DataType.fromJson(MapType(StringType(), StringType()).json()),
+        )
+        schema = expressions.Literal.create(schema_json, types.DataTypes.StringType)
+        child = session._jsparkSession.expression(body._jc)  # type: ignore[attr-defined]
+        node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(
+            expressions.FromAvro(child, schema, options)
+        )
+        return PyColumn(jvm.org.apache.spark.sql.Column(node))  # type: ignore[call-arg]
+    except (AssertionError, Py4JError, AttributeError):
+        return from_avro(body, schema_json, dict(_AVRO_OPTIONS))
+
+
+_AVRO_OPTIONS = {"mode": "PERMISSIVE"}  # a row that does not decode is rejected, not fatal
 
 
 def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry]:
@@ -326,11 +367,8 @@ def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
     would double the memory it takes. Rejected rows get their bytes back from the batch
     (:func:`with_raw_bytes`).
     """
-    from pyspark.sql.avro.functions import from_avro
-
     skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
-    body = body_column(skip)
-    decoded = from_avro(body, schema_json, {"mode": "PERMISSIVE"}).alias("__r")
+    decoded = avro_struct(body_column(skip), schema_json).alias("__r")
     return rows.select("topic", "partition", "offset", decoded)
 
 

@@ -39,7 +39,7 @@ from lakehouse_writer.apply import (
     truncate_row,
     unique_keys,
 )
-from lakehouse_writer.read import body_column, split_parsed
+from lakehouse_writer.read import avro_struct, body_column, split_parsed
 from lakehouse_writer.truncate import Truncate, distinct_truncates
 
 if TYPE_CHECKING:
@@ -204,7 +204,6 @@ def speculate(
     from pyspark import inheritable_thread_target
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
     spark = batch.sparkSession
     topic = expected.entry.topic
@@ -214,8 +213,7 @@ def speculate(
     # ``minPartitions``: 4 left three partitions as they were.)
     source = range_read(spark, options, mine, 3 * spark.sparkContext.defaultParallelism)
     assert source is not None, mine  # the topic spans reload_one_pass_min_rows offsets
-    decode = from_avro(body_column(len(expected.header)), expected.entry.schema_json,
-                       {"mode": "PERMISSIVE"})  # fmt: skip
+    decode = avro_struct(body_column(len(expected.header)), expected.entry.schema_json)
     header = F.substring("value", 1, len(expected.header)) == F.lit(expected.header)
     parsed = source.select("topic", "partition", "offset", F.when(header, decode).alias("__r"))
     observation = Observation(f"reload-{uuid.uuid4().hex}")

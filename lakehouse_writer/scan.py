@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry
-from lakehouse_writer.read import HEADER, body_column, header_column
+from lakehouse_writer.read import HEADER, avro_struct, body_column, header_column
 from producer_lib.errors import SchemaError
 from producer_lib.schema import ValueSchema
 
@@ -160,9 +160,7 @@ def few_partitions(frame: DataFrame) -> DataFrame:
 
 
 def _from_avro(e: Expected) -> Column:
-    from pyspark.sql.avro.functions import from_avro
-
-    return from_avro(body_column(len(e.header)), e.entry.schema_json, {"mode": "PERMISSIVE"})
+    return avro_struct(body_column(len(e.header)), e.entry.schema_json)
 
 
 def _change_type(count: int) -> Column:
@@ -233,4 +231,3 @@ class ExpectedSchemas:
         """On a cold start: schemas the catalog holds (the first ones win when over limit)."""
         for header, entry in reversed(list(candidates)[: self._limit]):
             self.saw(header, entry)
-

@@ -91,3 +91,33 @@ def test_workers_come_from_the_environment_and_a_bad_value_is_refused(monkeypatc
     with pytest.raises(ValueError, match=WORKERS_ENV) as caught:
         workers_from_env()
     assert "zero-ish" not in str(caught.value)
+
+
+def test_rows_decoded_once_can_be_planned_from_many_threads_at_once(spark):
+    """PySpark's from_avro options map is built by one shared builder: threads raced on it."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    import fastavro
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    from lakehouse_writer.read import avro_struct
+
+    schema = {"type": "record", "name": "r", "fields": [{"name": "a", "type": "long"}]}
+    values = []
+    for a in range(40):
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, {"a": a})
+        values.append((buf.getvalue(),))
+    frame = spark.createDataFrame([*values, (b"\xff\xff",)], "value binary")
+    decoded = frame.select(avro_struct(F.col("value"), json.dumps(schema)).alias("r"))
+    plain = frame.select(from_avro("value", json.dumps(schema), {"mode": "PERMISSIVE"}).alias("r"))
+    assert decoded.collect() == plain.collect()  # the same rows, bad bytes as null fields
+
+    def plan(i):  # each thread plans (canonicalizes) its own query over the same expression
+        return decoded.filter(F.col("r.a") % 8 == i).count()
+
+    with ThreadPoolExecutor(8) as pool:
+        counts = list(pool.map(plan, [i % 8 for i in range(32)]))
+    assert counts == [5] * 32  # 40 values: 5 of each remainder
