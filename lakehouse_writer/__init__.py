@@ -6,7 +6,7 @@ Quickstart::
 
     from lakehouse_writer import LakehouseSettings, run
     from lakehouse_writer.session import build_spark_session
-    spark = build_spark_session()   # local[2], Delta + Kafka + Avro jars resolved by Maven (lakehouse_writer.jars)
+    spark = build_spark_session()   # local[2]; connector jars from lakehouse_writer.jars
     run(spark, LakehouseSettings(lakehouse_path="/data/lake", checkpoint_path="/data/ckpt"),
         once=True)
 
