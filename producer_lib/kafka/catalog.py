@@ -158,7 +158,9 @@ class EmbeddedCatalog:
             ProduceError: The catalog or the topic list cannot be read.
         """
         self._open()
-        self._bindings.check(topic, value_schema, self._existing_topics(), logger)
+        table = f"{value_schema.namespace}.{value_schema.name}"
+        if any(other != topic for other in self._bindings.topics_of(table)):  # else no I/O
+            self._bindings.check(topic, value_schema, self._existing_topics(), logger)
 
     def _open(self) -> None:
         if self._producer is not None:
