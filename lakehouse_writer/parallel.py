@@ -83,9 +83,7 @@ class TableApplier:
         self._session = session
         self._workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None
-        self._local = threading.local()
-        self._sessions: list[SparkSession] = []
-        self._lock = threading.Lock()
+        self._local = threading.local()  # each worker thread's clone of the session
 
     @property
     def session(self) -> SparkSession:
@@ -104,11 +102,10 @@ class TableApplier:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Wait for the running tables, cancel those not begun; drop the worker sessions."""
+        """Wait for the running tables, cancel those not begun (their sessions go with them)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        self._sessions.clear()
 
     def map(
         self, apply: Callable[[Item, SparkSession], Result], items: Sequence[Item]
@@ -131,10 +128,7 @@ class TableApplier:
         """This thread's clone of the batch's session."""
         session = getattr(self._local, "session", None)
         if session is None:
-            session = clone_session(self._session)
-            self._local.session = session
-            with self._lock:
-                self._sessions.append(session)
+            session = self._local.session = clone_session(self._session)
         return session
 
 
