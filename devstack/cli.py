@@ -3,10 +3,15 @@
 Usage::
 
     devstack up [--registry]   start the Kafka broker (and the schema registry); idempotent
-    devstack down              stop what devstack started (broker and registry), nothing else
+    devstack up --secure [--flow FUNCTION[=TOPIC_PREFIX]]...
+                               start the secured broker (SASL_SSL, SCRAM, ACLs) beside it and
+                               print the settings of its flow and writer users (dev passwords)
+    devstack down [--secure]   stop what devstack started (brokers and registry), nothing else
     devstack status            say what runs; exit 0 if the broker runs, 3 if not
     devstack env               print KAFKA_BOOTSTRAP_SERVERS=... and, when the registry runs,
                                SCHEMA_REGISTRY_URL=... (for `eval $(devstack env)`)
+    devstack env --secure --user USER
+                               the KAFKA_* settings of USER on the secured broker
     devstack jars              resolve the JVM jars with Maven (done by `up` when needed)
 """
 
@@ -17,7 +22,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from devstack import broker, jars, registry
+from devstack import broker, jars, registry, secure
 from devstack.errors import DevstackError
 
 EXIT_NOT_RUNNING = 3
@@ -35,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    if args.secure:
+        return _up_secure(args)
     was_running = broker.status() is not None
     layout = broker.up()
     state = "already running" if was_running else "started"
@@ -47,7 +54,53 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _up_secure(args: argparse.Namespace) -> int:
+    flows = [secure.FlowGrant.parse(f, args.environment, args.zone) for f in args.flow or []]
+    flows = flows or list(secure.DEFAULT_FLOWS)
+    was_running = secure.status() is not None
+    layout = secure.up(flows=flows)
+    state = "already running" if was_running else "started"
+    print(
+        f"kafka (secured): {state} at {layout.bootstrap} (pid {secure.status(layout)}, "
+        f"logs {layout.root})"
+    )
+    print(settings_text(layout, flows))
+    return 0
+
+
+def settings_text(layout: secure.SecureLayout, flows: list[secure.FlowGrant]) -> str:
+    """What a user needs to connect flows and the writer to the secured broker."""
+    passwords = secure.credentials(layout)
+    lines = [
+        "# DEV-ONLY passwords, generated for this local broker (kept in "
+        f"{layout.credentials_file}); never use them anywhere else.",
+    ]
+    who = [
+        (
+            f.user,
+            f"flow {f.function}: writes topics {f.topic_prefix}* and the system "
+            f"topics, transactional ids {f.transactional_id_prefix}*",
+        )
+        for f in flows
+    ]
+    who.append((secure.WRITER, "the lakehouse writer: reads every topic, writes none"))
+    for user, text in who:
+        lines += ["", f"# {text}"]
+        env = secure.env_settings(layout, user, passwords[user])
+        lines += [f"{name}={value}" for name, value in env.items()]
+    lines += [
+        "",
+        f"# the super user {secure.ADMIN!r} (ACLs, users): its password is in "
+        f"{layout.credentials_file}",
+    ]
+    return "\n".join(lines)
+
+
 def _down(args: argparse.Namespace) -> int:
+    if secure.down():
+        print("kafka (secured): stopped")
+    if args.secure:
+        return 0
     if registry.down():
         print("schema registry: stopped")
     stopped = broker.down()
@@ -66,10 +119,26 @@ def _status(args: argparse.Namespace) -> int:
     reg_pid = registry.status(reg)
     print(f"schema registry: running at {reg.url} (pid {reg_pid})" if reg_pid else
           "schema registry: not running")  # fmt: skip
+    secured = secure.SecureLayout.default()
+    secured_pid = secure.status(secured)
+    if secured_pid is not None:
+        print(f"kafka (secured): running at {secured.bootstrap} (pid {secured_pid})")
     return 0
 
 
 def _env(args: argparse.Namespace) -> int:
+    if args.secure:
+        layout = secure.SecureLayout.default()
+        passwords = secure.credentials(layout)
+        if args.user not in passwords or args.user == "keystore":
+            known = ", ".join(sorted(u for u in passwords if u != "keystore")) or "none yet"
+            raise DevstackError(
+                f"no user {args.user!r} on the secured broker (known: {known}); "
+                "start it with `devstack up --secure [--flow FUNCTION=TOPIC_PREFIX]`"
+            )
+        for name, value in secure.env_settings(layout, args.user, passwords[args.user]).items():
+            print(f"{name}={value}")
+        return 0
     print(f"KAFKA_BOOTSTRAP_SERVERS={broker.BrokerLayout.default().bootstrap}")
     if registry.status() is not None:
         print(f"SCHEMA_REGISTRY_URL={registry.RegistryLayout.default().url}")
@@ -100,7 +169,33 @@ def _parser() -> argparse.ArgumentParser:
                 "--registry", action="store_true",
                 help="also start a Confluent-compatible schema registry (Apicurio, Java 21+)",
             )  # fmt: skip
+            _secure_options(cmd)
+        if name == "down":
+            cmd.add_argument("--secure", action="store_true",
+                             help="stop the secured broker only")  # fmt: skip
+        if name == "env":
+            cmd.add_argument("--secure", action="store_true",
+                             help="the settings of a user of the secured broker")  # fmt: skip
+            cmd.add_argument("--user", default=secure.WRITER,
+                             help="with --secure: writer (default) or flow-<function>")  # fmt: skip
     return parser
+
+
+def _secure_options(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--secure", action="store_true",
+        help=f"start the secured broker (SASL_SSL, SCRAM-SHA-512, ACLs) on port "
+        f"{secure.DEFAULT_PORT} (DEVSTACK_SECURE_PORT) beside the plaintext one",
+    )  # fmt: skip
+    cmd.add_argument(
+        "--flow", action="append", metavar="FUNCTION[=TOPIC_PREFIX]",
+        help="with --secure: a flow user flow-FUNCTION owning the topics TOPIC_PREFIX* "
+        "(default FUNCTION.); repeatable; default: tpch=tpch.",
+    )  # fmt: skip
+    cmd.add_argument("--environment", default="dev",
+                     help="with --flow: the environment part of its transactional ids")  # fmt: skip
+    cmd.add_argument("--zone", default="bronze",
+                     help="with --flow: the zone part of its transactional ids")  # fmt: skip
 
 
 if __name__ == "__main__":
