@@ -53,6 +53,9 @@ class LakehouseSettings(EnvSettings):
         reload_one_pass_min_rows: A batch with at least this many offsets of one topic that
             looks like a reload into an empty table is written in the pass that reads it
             (:mod:`lakehouse_writer.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``); 0: never.
+        small_merge_rows: A table's batch of at most this many rows is merged by delta-rs in
+            the driver, not by a Spark MERGE (:mod:`lakehouse_writer.small`;
+            ``LAKEHOUSE_SMALL_MERGE_ROWS``); 0: never.
         schemas_topic: The schema catalog topic (``_flow_schemas``; ``LAKEHOUSE_SCHEMAS_TOPIC``
             or the producer's ``FLOW_SCHEMAS_TOPIC``). Its old name ``_schemas`` is read for
             schemas the catalog lacks.
@@ -79,6 +82,7 @@ class LakehouseSettings(EnvSettings):
     reload_one_pass_min_rows: int = Field(
         50_000, ge=0, validation_alias="LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS"
     )
+    small_merge_rows: int = Field(10_000, ge=0, validation_alias="LAKEHOUSE_SMALL_MERGE_ROWS")
     schemas_topic: str = Field(
         "_flow_schemas",
         validation_alias=AliasChoices("LAKEHOUSE_SCHEMAS_TOPIC", "FLOW_SCHEMAS_TOPIC"),
