@@ -1,16 +1,26 @@
 """PostgresReader: load the result of a PostgreSQL query into a DuckDB staging table.
 
-psycopg 3 (async). Columns and types come from the query's result description; rows are
-fetched with a server-side cursor in pages of ``page_size`` rows, converted to Arrow and
-appended to DuckDB. Primary keys, foreign keys and comments come from ``pg_constraint``,
-``col_description`` and ``obj_description`` when the query reads a single table.
+psycopg 3 (async) describes the query (columns, exact types and typmods, from ``LIMIT 0``),
+reads the data dictionary and the lineage columns from the catalog, and serves the flow's own
+queries (``reader.pg``). The rows travel through DuckDB's postgres_scanner, the query pushed
+down with ``postgres_query`` (see :mod:`producer_lib.sources.postgres_scan`): binary ``COPY``
+decoded in C++, about 6x what fetching Python tuples with psycopg gives. Without the
+``duckdb-extension-postgres_scanner`` package (or with ``use_scanner=False``) the rows are
+fetched with a psycopg server-side cursor in pages of ``page_size`` rows, as before. Primary
+keys, foreign keys and comments come from ``pg_constraint``, ``col_description`` and
+``obj_description`` when the query reads a single table.
+
+The copy runs on its own connection, in a snapshot taken after the flow's earlier queries on
+``reader.pg``: a horizon read there first (``flows/postgres_flow.py``) stays safe.
 
 Type mapping (anything else is a SourceError naming the column; cast it in SQL):
 
-* ``numeric(p,s)`` -> DECIMAL(p,s); ``numeric`` without precision -> DECIMAL(38,10): a value
-  with more than 10 decimals fails the load (cast it in SQL);
-* ``varchar(n)``/``char(n)`` -> NVARCHAR(n); ``text``, ``json``, ``jsonb``, ``xml`` -> STRING;
-* ``timestamp`` (read as UTC) and ``timestamptz`` -> timestamp-micros; ``time`` -> time-micros.
+* ``numeric(p,s)`` -> DECIMAL(p,s) (p at most 38); ``numeric`` without precision ->
+  DECIMAL(38,10): a value with more than 10 decimals fails the load (cast it in SQL);
+* ``varchar(n)``/``char(n)`` -> NVARCHAR(n) (``char`` keeps its padding); ``text``, ``json``,
+  ``jsonb``, ``xml``, ``inet``, ``cidr``, ``macaddr`` -> STRING (PostgreSQL's text);
+* ``timestamp`` (read as UTC) and ``timestamptz`` -> timestamp-micros; ``time`` -> time-micros;
+* a one-dimensional array of any of these -> an Avro array with nullable elements.
 """
 
 from __future__ import annotations
@@ -25,8 +35,9 @@ import pyarrow as pa
 from psycopg import sql as pgsql
 from psycopg.types.string import TextLoader
 
-from producer_lib.errors import SourceError
+from producer_lib.errors import SchemaError, SourceError
 from producer_lib.schema import (
+    AvroArray,
     AvroBoolean,
     AvroBytes,
     AvroDate,
@@ -52,6 +63,8 @@ from producer_lib.sources.dictionary import (
     source_tables_of,
 )
 from producer_lib.sources.postgres_catalog import read_dictionary
+from producer_lib.sources.postgres_scan import EXTENSION, PgColumn, PostgresScan
+from producer_lib.staging import packaged_extension_path, row_count
 
 _TEXT_TYPES = ("json", "jsonb", "uuid", "xml", "inet", "cidr", "macaddr")  # loaded as text
 _UNBOUNDED_NUMERIC = AvroDecimal(38, 10)
@@ -88,13 +101,38 @@ def avro_type_for_postgres(type_name: str, column: psycopg.Column) -> AvroType:
     """Map a PostgreSQL type (``pg_type.typname``) of a result column to an Avro type.
 
     Raises:
-        SourceError: The type has no mapping; the message names the column.
+        SourceError: The type has no mapping, or a numeric is too wide; names the column.
     """
     rule = _TO_AVRO.get(type_name)
     if rule is None:
         raise SourceError("Unsupported PostgreSQL type: cast the column in SQL (e.g. ::text)",
                           column=column.name, postgres_type=type_name)  # fmt: skip
-    return rule(column)
+    try:
+        return rule(column)
+    except SchemaError as exc:  # numeric(p,s) with p > 38
+        raise SourceError(f"PostgreSQL type does not fit: {exc}; cast the column in SQL",
+                          column=column.name, postgres_type=type_name) from exc  # fmt: skip
+
+
+def pg_column(type_name: str, is_array: bool, column: psycopg.Column) -> PgColumn:
+    """Map a result column (of ``type_name``, or an array of it) for the load.
+
+    Raises:
+        SourceError: The type has no mapping; the message names the column.
+    """
+    try:
+        element = avro_type_for_postgres(type_name, column)
+    except SourceError as exc:
+        if not is_array:
+            raise
+        raise SourceError("Unsupported PostgreSQL array: cast the column in SQL (e.g. ::text)",
+                          column=column.name, postgres_type=f"{type_name}[]") from exc  # fmt: skip
+    return PgColumn(
+        name=column.name, type_name=type_name, is_array=is_array,
+        avro_type=AvroArray(element, items_nullable=True) if is_array else element,
+        length=column.display_size if type_name == "bpchar" else None,
+        unbounded_numeric=type_name == "numeric" and column.precision is None,
+    )  # fmt: skip
 
 
 class PostgresReader(SourceAdapter):
@@ -104,7 +142,9 @@ class PostgresReader(SourceAdapter):
         dsn: libpq connection string or URL, e.g. ``host=db port=5432 dbname=lims user=flow``.
         logger: Where progress goes.
         connection: The DuckDB staging database; default: DuckDB's default connection.
-        page_size: Rows per fetch and per DuckDB append.
+        page_size: Rows per fetch and per DuckDB append when reading with psycopg.
+        use_scanner: Copy with DuckDB's postgres_scanner (from its PyPI package); False, or
+            the package missing, fetches the rows with psycopg instead (about 6x slower).
     """
 
     sql_dialect = "postgres"
@@ -112,11 +152,19 @@ class PostgresReader(SourceAdapter):
     def __init__(
         self, dsn: str, logger: logging.Logger | None = None, *,
         connection: duckdb.DuckDBPyConnection | None = None, page_size: int = 10_000,
+        use_scanner: bool = True,
     ) -> None:  # fmt: skip
         super().__init__(logger, connection=connection)
         self.dsn = dsn
         self.page_size = page_size
+        self.use_scanner = use_scanner and packaged_extension_path(EXTENSION) is not None
+        if use_scanner and not self.use_scanner:
+            self.logger.warning("PostgreSQL rows read with psycopg, about 6x slower: pip "
+                                "install duckdb-extension-%s==%s", EXTENSION,
+                                duckdb.__version__)  # fmt: skip
         self._pg: psycopg.AsyncConnection[Any] | None = None
+        self._scan = PostgresScan(self.connection, dsn)
+        self._columns: list[PgColumn] = []
 
     async def open(self) -> None:
         """Connect to PostgreSQL."""
@@ -128,7 +176,9 @@ class PostgresReader(SourceAdapter):
             self._pg.adapters.register_loader(type_name, TextLoader)
 
     async def close(self) -> None:
-        """Close the PostgreSQL connection."""
+        """Close the PostgreSQL connection and detach the database from DuckDB."""
+        with self._lock:
+            self._scan.detach()
         if self._pg is not None:
             await self._pg.close()
             self._pg = None
@@ -150,23 +200,36 @@ class PostgresReader(SourceAdapter):
                 raise SourceError(f"PostgreSQL rejected the query: {exc}", table=name,
                                   sql=sql) from exc  # fmt: skip
             columns = cur.description or []
+        try:
+            self._columns = [pg_column(*await self._type_of(c.type_code), c) for c in columns]
+        finally:
+            await self.pg.rollback()
         schema = ValueSchema(name, namespace)
-        for column in columns:
-            type_name = await self._type_name(column.type_code)
-            schema.add_field(column.name, avro_type_for_postgres(type_name, column))
-        await self.pg.rollback()
+        for column in self._columns:
+            schema.add_field(column.name, column.avro_type)
         return schema
 
-    async def _type_name(self, oid: int) -> str:
+    async def _type_of(self, oid: int) -> tuple[str, bool]:
+        """``(typname, is_array)``: an array's element type, else the type itself."""
         info = self.pg.adapters.types.get(oid)
-        if info is not None:
-            return info.name
+        if info is not None:  # psycopg finds an array type under its element's entry
+            return info.name, oid == info.array_oid != info.oid
         async with self.pg.cursor() as cur:
-            await cur.execute("SELECT typname FROM pg_type WHERE oid = %s", [oid])
+            await cur.execute("SELECT coalesce(e.typname, t.typname), e.oid IS NOT NULL FROM "
+                              "pg_type t LEFT JOIN pg_type e ON t.typcategory = 'A' AND "
+                              "e.oid = t.typelem WHERE t.oid = %s", [oid])  # fmt: skip
             row = await cur.fetchone()
-        return str(row[0]) if row else f"oid {oid}"
+        return (str(row[0]), bool(row[1])) if row else (f"oid {oid}", False)
 
     async def _copy(self, duckdb_table: str, sql: str, arrow_schema: pa.Schema) -> None:
+        if not self.use_scanner:
+            await self._copy_pages(duckdb_table, sql)
+            return
+        await self.run_locked(self._scan.copy, duckdb_table, sql, self._columns)
+        self._progress[duckdb_table].add(row_count(self.connection, duckdb_table))
+
+    async def _copy_pages(self, duckdb_table: str, sql: str) -> None:
+        """Fetch the rows with a psycopg server-side cursor, page by page (no scanner)."""
         page_schema = self.table_schema.get_pyarrow(technical=False)
         try:
             async with self.pg.cursor(name="flow_load") as cur:

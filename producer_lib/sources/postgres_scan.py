@@ -1,0 +1,194 @@
+"""The fast copy of PostgresReader: the query pushed down through DuckDB's postgres_scanner.
+
+DuckDB attaches the database (``ATTACH … (TYPE postgres, READ_ONLY)``, the extension loaded
+offline from the ``duckdb-extension-postgres_scanner`` package) and runs the reader's query
+on the server with ``postgres_query``: PostgreSQL streams it as binary ``COPY`` and DuckDB
+decodes it in C++ straight into the staging table, no Python object per value.
+
+The reader's own type mapping (from psycopg's description of the result) stays the contract;
+this module only makes the scanner deliver exactly those values. The query is wrapped as
+``SELECT c0, c1::text, … FROM (<query>) AS q(c0, c1, …)`` (positional names: any column name
+or duplicate is safe), with a cast on the server where the scanner would change a value:
+
+* ``numeric`` without precision: the scanner reads it as DOUBLE; sent as text and checked
+  here (more than 28 digits before or 10 after the point, NaN or Infinity fail the load,
+  naming the column) before becoming DECIMAL(38,10);
+* ``json``, ``jsonb``, ``xml``, ``inet``, ``cidr``, ``macaddr``, ``name``: PostgreSQL's text;
+* ``oid``: ``int8``.
+
+and, on the DuckDB side, ``timestamp`` (no zone) read as UTC and ``char(n)`` padded to ``n``
+as PostgreSQL prints it (the scanner trims it). Arrays get the same rules per element.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+import duckdb
+from psycopg.conninfo import conninfo_to_dict
+
+from producer_lib.errors import SourceError
+from producer_lib.schema import AvroType
+from producer_lib.staging import load_packaged_extension, quote_ident, quote_table
+
+EXTENSION = "postgres_scanner"
+_SENT_AS_TEXT = frozenset({"json", "jsonb", "xml", "inet", "cidr", "macaddr", "name"})
+# PostgreSQL prints numeric as plain digits: at most 28 before and 10 (plus zeros) after.
+_FITS_DECIMAL_38_10 = r"-?[0-9]{1,28}(\.[0-9]{0,10}0*)?"
+_databases = itertools.count()
+
+
+@dataclass(frozen=True)
+class PgColumn:
+    """One result column as the reader mapped it.
+
+    Attributes:
+        name: The column's name in the result (and in the staging table).
+        type_name: ``pg_type.typname``; of the element for an array.
+        is_array: A one-dimensional array of ``type_name``.
+        avro_type: The Avro type the reader chose.
+        length: ``n`` of ``char(n)``; None otherwise.
+        unbounded_numeric: ``numeric`` without precision (staged as DECIMAL(38,10)).
+    """
+
+    name: str
+    type_name: str
+    is_array: bool
+    avro_type: AvroType
+    length: int | None = None
+    unbounded_numeric: bool = False
+
+
+def pushdown_sql(sql: str, columns: list[PgColumn]) -> str:
+    """The query PostgreSQL runs: ``sql`` with positional column names and server casts."""
+    names = [f"c{index}" for index in range(len(columns))]
+    wire = ", ".join(
+        _server_side(name, column) for name, column in zip(names, columns, strict=True)
+    )
+    return f"SELECT {wire} FROM ({sql}) AS q({', '.join(names)})"
+
+
+def _server_side(name: str, column: PgColumn) -> str:
+    suffix = "[]" if column.is_array else ""
+    if column.unbounded_numeric or column.type_name in _SENT_AS_TEXT:
+        return f"{name}::text{suffix}"
+    if column.type_name == "oid":
+        return f"{name}::int8{suffix}"
+    return name
+
+
+def staging_select(columns: list[PgColumn], source: str) -> str:
+    """DuckDB's ``SELECT`` from the scanner's ``source`` into the staging table's columns."""
+    items = [f"{_duckdb_side(f'c{i}', c)} AS {quote_ident(c.name)}" for i, c in enumerate(columns)]
+    return f"SELECT {', '.join(items)} FROM {source}"
+
+
+def _duckdb_side(name: str, column: PgColumn) -> str:
+    if not column.is_array:
+        return _value(name, column)
+    element = _value("x", column)
+    return name if element == "x" else f"list_transform({name}, x -> {element})"
+
+
+def _value(name: str, column: PgColumn) -> str:
+    if column.type_name == "timestamp":
+        return f"timezone('UTC', {name})"  # no zone: UTC, whatever DuckDB's TimeZone says
+    if column.type_name == "bpchar" and column.length:
+        return f"rpad({name}, {column.length}, ' ')"
+    if column.unbounded_numeric:
+        message = _literal(f"{_MARK}{column.name}{_MARK} numeric value does not fit "
+                           "DECIMAL(38,10): cast the column in SQL")  # fmt: skip
+        return (f"CASE WHEN {name} IS NULL THEN NULL WHEN regexp_full_match({name}, "
+                f"'{_FITS_DECIMAL_38_10}') THEN {name}::DECIMAL(38,10) "
+                f"ELSE error({message}) END")  # fmt: skip
+    return name
+
+
+_MARK = "\u241f"  # brackets the column name in a value error, so the SourceError can name it
+_MARKED = re.compile(f"{_MARK}(.*?){_MARK}", re.DOTALL)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class PostgresScan:
+    """One PostgreSQL database attached to a DuckDB connection, read with ``postgres_query``.
+
+    Args:
+        connection: The DuckDB staging database.
+        dsn: libpq connection string or URL of the PostgreSQL database.
+    """
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, dsn: str) -> None:
+        self.connection = connection
+        self.dsn = dsn
+        self.database: str | None = None
+
+    def attach(self) -> None:
+        """Load the extension offline and attach the database (once).
+
+        Raises:
+            SourceError: The extension package is missing, or the database cannot be attached
+                (the message never shows the DSN's password).
+        """
+        if self.database is not None:
+            return
+        load_packaged_extension(self.connection, EXTENSION)
+        database = f"__postgres_{next(_databases)}"
+        try:
+            self.connection.execute(f"ATTACH {_literal(self.dsn)} AS {quote_ident(database)} "
+                                    "(TYPE postgres, READ_ONLY)")  # fmt: skip
+        except duckdb.Error as exc:
+            raise SourceError(f"DuckDB cannot attach PostgreSQL: {self.redact(str(exc))}") from None
+        self.database = database
+
+    def detach(self) -> None:
+        """Detach the database, if attached."""
+        if self.database is not None:
+            self.connection.execute(f"DETACH DATABASE IF EXISTS {quote_ident(self.database)}")
+            self.database = None
+
+    def copy(self, duckdb_table: str, sql: str, columns: list[PgColumn]) -> None:
+        """Insert the rows of ``sql`` into ``duckdb_table`` (created by the reader).
+
+        Raises:
+            SourceError: PostgreSQL or DuckDB failed; names the table, and the column when a
+                value does not fit it.
+        """
+        self.attach()
+        source = f"postgres_query({_literal(self.database or '')}, ?)"
+        insert = (f"INSERT INTO {quote_table(duckdb_table)} BY NAME "
+                  f"{staging_select(columns, source)}")  # fmt: skip
+        try:
+            self.connection.execute(insert, [pushdown_sql(sql, columns)])
+        except duckdb.Error as exc:
+            raise self._copy_error(exc, duckdb_table, sql, columns) from None
+
+    def _copy_error(
+        self, exc: duckdb.Error, table: str, sql: str, columns: list[PgColumn]
+    ) -> SourceError:
+        text = self.redact(str(exc))
+        marked = _MARKED.search(text)
+        if marked:
+            return SourceError(f"Value does not fit its column: {_MARKED.sub('', text)}",
+                               table=table, column=marked.group(1), sql=sql)  # fmt: skip
+        arrays = [column.name for column in columns if column.is_array]
+        if arrays and "dimensions" in text:
+            text += f" (array columns: {', '.join(arrays)}: cast a multi-dimensional one to text)"
+        return SourceError(f"Reading from PostgreSQL failed: {text}", table=table, sql=sql)
+
+    def redact(self, text: str) -> str:
+        """``text`` without the DSN or its password."""
+        secrets = [self.dsn]
+        try:
+            password = conninfo_to_dict(self.dsn).get("password")
+        except Exception:  # a DSN libpq cannot parse has no password to find
+            password = None
+        if password:
+            secrets.append(str(password))
+        for secret in secrets:
+            text = text.replace(secret, "***")
+        return text
