@@ -18,13 +18,13 @@ import logging
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SecretStr
 
 from lakehouse_writer.errors import LakehouseWriterError, WriterFailed
 from lakehouse_writer.status import BatchStats, write_status
+from lakehouse_writer.storage import CheckpointFiles, StorageError
 from producer_lib.settings import KafkaSettings
 
 if TYPE_CHECKING:
@@ -104,18 +104,17 @@ def record_failure(checkpoint: str, stats: BatchStats, failure: Failure) -> str:
         failure: Why it failed.
 
     Returns:
-        Where the trace is, or ``""`` when even the checkpoint directory cannot be written.
+        Where the trace is, or ``""`` when even the checkpoint directory cannot be written
+        (or it is a URI and no Spark session runs yet to open it).
     """
     stats.state, stats.error = "failed", failure.cause
     try:
-        path = Path(checkpoint.removeprefix("file:")) / TRACE_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(failure.trace)
-        stats.error_trace = str(path)
+        files = CheckpointFiles(checkpoint)
+        files.replace(TRACE_FILE, failure.trace)
+        stats.error_trace = files.where(TRACE_FILE)
         write_status(checkpoint, stats)
-    except OSError as exc:
-        log.error("status not written checkpoint=%s error=%s: %s", checkpoint,
-                  type(exc).__name__, exc)  # fmt: skip
+    except StorageError as exc:
+        log.error("status not written checkpoint=%s error=%s", checkpoint, exc)
         return ""
     return stats.error_trace
 

@@ -3,7 +3,9 @@
 The file says what the writer is doing (``state``: running, stopped, drained, failed), why
 it failed (``error``: the root cause; ``error_trace``: the file with the whole trace), what
 its last batch did, how far behind the latest offsets it is, which commits still wait for
-rows and which tables are stopped. It is replaced atomically, so a reader never sees half.
+rows and which tables are stopped. It is replaced atomically, so a reader never sees half,
+on the checkpoint's own file system (a local folder or any Hadoop URI:
+:mod:`lakehouse_writer.storage`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from lakehouse_writer.storage import CheckpointFiles
+
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -40,25 +44,31 @@ class BatchStats:
     error_trace: str = ""
 
 
-def write_status(checkpoint: str, stats: BatchStats) -> None:
-    """Write the status JSON file into the checkpoint directory (atomically)."""
-    directory = Path(checkpoint.removeprefix("file:"))
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{STATUS_FILE}.tmp"
-    tmp.write_text(json.dumps({
+def write_status(checkpoint: str, stats: BatchStats, spark: SparkSession | None = None) -> None:
+    """Write the status JSON file into the checkpoint directory (atomically).
+
+    Args:
+        checkpoint: The checkpoint directory: a local path or any Hadoop URI.
+        stats: What to write.
+        spark: The session that opens a URI; None: the active one (local paths need none).
+
+    Raises:
+        StorageError: The file cannot be written (the message names it).
+    """
+    text = json.dumps({
         "state": stats.state, "last_batch_id": stats.batch_id,
         "last_batch_time": stats.finished_at, "rows_applied": stats.rows,
         "rows_rejected": stats.rejected, "lag": stats.lag, "lag_batch_id": stats.lag_batch_id,
         "pending_commits": stats.pending_commits, "stopped_tables": stats.stopped_tables,
         "error": stats.error or None, "error_trace": stats.error_trace or None,
-    }, indent=2))  # fmt: skip
-    tmp.replace(directory / STATUS_FILE)
+    }, indent=2)  # fmt: skip
+    CheckpointFiles(checkpoint, spark).replace(STATUS_FILE, text)
 
 
-def read_status(checkpoint: str) -> dict[str, Any] | None:
+def read_status(checkpoint: str, spark: SparkSession | None = None) -> dict[str, Any] | None:
     """The status file's content, or None before the writer first wrote it."""
-    path = Path(checkpoint.removeprefix("file:")) / STATUS_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    text = CheckpointFiles(checkpoint, spark).read(STATUS_FILE)
+    return json.loads(text) if text else None
 
 
 def record_lag(query: StreamingQuery, stats: BatchStats, checkpoint: str) -> None:

@@ -29,8 +29,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer.storage import CheckpointFiles
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,22 +62,22 @@ def app_id_for(instance_id: str, table: str) -> str:
     return f"lakehouse-writer:{instance_id}:{table}"
 
 
-def instance_id(checkpoint: str) -> str:
+def instance_id(checkpoint: str, spark: SparkSession | None = None) -> str:
     """Return this checkpoint's writer instance id, creating it on first use.
 
+    The id is kept in the checkpoint directory on its own file system
+    (:class:`~lakehouse_writer.storage.CheckpointFiles`: a local folder, or ``abfss://``,
+    ``s3a://``, ``dbfs:/`` ... through Hadoop), so a driver restarted anywhere finds it.
+    It is created only if absent: of two writers starting together, the second reads the
+    first's id (as atomically as the store creates files: HDFS and ABFS do, local folders
+    too).
+
     Args:
-        checkpoint: The streaming checkpoint directory (local path or ``file:`` URI).
+        checkpoint: The streaming checkpoint directory (local path or URI).
+        spark: The session that opens a URI; None: the active one.
     """
-    directory = Path(checkpoint.removeprefix("file:"))
-    marker = directory / _INSTANCE_FILE
-    if marker.exists():
-        return marker.read_text().strip()
-    directory.mkdir(parents=True, exist_ok=True)
-    value = uuid.uuid4().hex
-    tmp = directory / f".{_INSTANCE_FILE}.tmp"
-    tmp.write_text(value)
-    tmp.replace(marker)  # atomic: a crash leaves no empty marker behind
-    return value
+    files = CheckpointFiles(checkpoint, spark)
+    return files.create(_INSTANCE_FILE, uuid.uuid4().hex).strip()
 
 
 @contextmanager
