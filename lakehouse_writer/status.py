@@ -55,13 +55,22 @@ def write_status(checkpoint: str, stats: BatchStats, spark: SparkSession | None 
     Raises:
         StorageError: The file cannot be written (the message names it).
     """
-    text = json.dumps({
-        "state": stats.state, "last_batch_id": stats.batch_id,
-        "last_batch_time": stats.finished_at, "rows_applied": stats.rows,
-        "rows_rejected": stats.rejected, "lag": stats.lag, "lag_batch_id": stats.lag_batch_id,
-        "pending_commits": stats.pending_commits, "stopped_tables": stats.stopped_tables,
-        "error": stats.error or None, "error_trace": stats.error_trace or None,
-    }, indent=2)  # fmt: skip
+    text = json.dumps(
+        {
+            "state": stats.state,
+            "last_batch_id": stats.batch_id,
+            "last_batch_time": stats.finished_at,
+            "rows_applied": stats.rows,
+            "rows_rejected": stats.rejected,
+            "lag": stats.lag,
+            "lag_batch_id": stats.lag_batch_id,
+            "pending_commits": stats.pending_commits,
+            "stopped_tables": stats.stopped_tables,
+            "error": stats.error or None,
+            "error_trace": stats.error_trace or None,
+        },
+        indent=2,
+    )
     CheckpointFiles(checkpoint, spark).replace(STATUS_FILE, text)
 
 
@@ -78,8 +87,12 @@ def record_lag(query: StreamingQuery, stats: BatchStats, checkpoint: str) -> Non
         if not progress or progress.get("batchId", -1) == stats.lag_batch_id:
             return
         stats.lag, stats.lag_batch_id = lag_of(progress), int(progress["batchId"])
-        log.info("progress batch=%d lag=%s rows_per_s=%s", stats.lag_batch_id, stats.lag,
-                 progress.get("processedRowsPerSecond"))  # fmt: skip
+        log.info(
+            "progress batch=%d lag=%s rows_per_s=%s",
+            stats.lag_batch_id,
+            stats.lag,
+            progress.get("processedRowsPerSecond"),
+        )
         write_status(checkpoint, stats)
     except Exception as exc:  # noqa: BLE001 - progress reporting must never stop the writer
         log.warning("lag not recorded error=%s: %s", type(exc).__name__, exc)

@@ -51,14 +51,19 @@ def test_a_driver_restart_on_viewfs_replays_a_batch_without_duplicates(
     topic, schemas = new_topic(), new_topic(suffix="_schemas")
     publish_schemas(kafka_bootstrap, topic, schemas, LOG)
     for t in (1, 2):
-        rows = [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
-                for i in range(3 * t - 3, 3 * t)]  # fmt: skip
+        rows = [
+            {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
+            for i in range(3 * t - 3, 3 * t)
+        ]
         produce_transaction(kafka_bootstrap, topic, LOG, rows)
     settings = LakehouseSettings(
-        LAKEHOUSE_PATH=f"{viewfs}/lake", LAKEHOUSE_CHECKPOINT_PATH=f"{viewfs}/ckpt",
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap, LAKEHOUSE_SCHEMAS_TOPIC=schemas,
-        LAKEHOUSE_TOPICS_REGEX=topic, LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER=4,
-    )  # fmt: skip
+        LAKEHOUSE_PATH=f"{viewfs}/lake",
+        LAKEHOUSE_CHECKPOINT_PATH=f"{viewfs}/ckpt",
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+        LAKEHOUSE_TOPICS_REGEX=topic,
+        LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER=4,
+    )
     local = tmp_path / "data"
     (tmp_path / "driver1").mkdir(), (tmp_path / "driver2").mkdir()
     monkeypatch.chdir(tmp_path / "driver1")
