@@ -4,6 +4,14 @@ SIGTERM or SIGINT stop the writer after the batch it is applying (exit code 0, s
 state ``stopped``). A failed run exits with 1: the status file says ``failed`` with the root
 cause, the last line on stderr names it, and ``writer_error.log`` in the checkpoint holds
 the whole trace. Kafka is asked first whether it answers within ``--connect-timeout``.
+
+:func:`main` is the console script (it returns the exit code); :func:`run_command` is the
+same command for callers that read exceptions, not exit codes (a Databricks
+``python_wheel_task``): it raises on failure.
+
+The Spark master is ``--master``, else the one ``spark-submit`` or a running session has,
+else ``SPARK_MASTER``, else ``spark.master`` of ``spark-defaults.conf``, else ``local[2]``
+(:func:`lakehouse_writer.session.resolve_master`).
 """
 
 from __future__ import annotations
@@ -20,7 +28,11 @@ from typing import TYPE_CHECKING, Any
 from producer_lib.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from lakehouse_writer.settings import LakehouseSettings
+
+__all__ = ["main", "run_command"]
 
 log = logging.getLogger(__name__)
 
@@ -41,32 +53,80 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds Kafka has to answer at start (LAKEHOUSE_CONNECT_TIMEOUT_S, 30)",
     )
-    run.add_argument("--master", default="local[2]", help="Spark master; 'env' to inherit")
+    run.add_argument(
+        "--master",
+        help="Spark master (default: spark-submit's, SPARK_MASTER, spark-defaults.conf, "
+        "else local[2])",
+    )
+    run.add_argument(
+        "--conf",
+        action="append",
+        type=_conf_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (repeatable), e.g. --conf spark.executor.memory=4g",
+    )
+    run.add_argument(
+        "--jars",
+        type=_jar_list,
+        help="comma-separated connector jars (Kafka, Avro, Delta) for spark.jars; with a "
+        "local master they spare the Maven resolution",
+    )
     return parser
+
+
+def _conf_pair(text: str) -> tuple[str, str]:
+    """``"k=v"`` -> ``("k", "v")``; the text is not echoed (a value may be a secret)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError("--conf takes KEY=VALUE (a Spark setting)")
+    return key.strip(), value
+
+
+def _jar_list(text: str) -> list[str]:
+    """``"a.jar,b.jar"`` -> ``["a.jar", "b.jar"]``."""
+    return [jar.strip() for jar in text.split(",") if jar.strip()]
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     pairs = {
-        "LAKEHOUSE_PATH": args.lakehouse, "LAKEHOUSE_CHECKPOINT_PATH": args.checkpoint,
+        "LAKEHOUSE_PATH": args.lakehouse,
+        "LAKEHOUSE_CHECKPOINT_PATH": args.checkpoint,
         "LAKEHOUSE_TOPICS_REGEX": args.topics,
         "LAKEHOUSE_TRIGGER_INTERVAL_S": args.trigger_interval,
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": args.max_offsets_per_trigger,
         "KAFKA_BOOTSTRAP_SERVERS": args.bootstrap_servers,
-    }  # fmt: skip
+    }
     return {k: v for k, v in pairs.items() if v is not None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the lakehouse writer; returns the process exit code."""
+    """Run the lakehouse writer; returns the process exit code (1: failed, 2: bad settings)."""
+    from lakehouse_writer.errors import WriterFailed
+
+    try:
+        run_command(argv)
+    except ConfigError as exc:  # names the variable, never a value
+        print(f"lakehouse-writer: {exc}", file=sys.stderr)
+        return 2
+    except WriterFailed:
+        return 1  # recorded and logged by the run
+    return 0
+
+
+def run_command(argv: Sequence[str] | None = None) -> None:
+    """Run the lakehouse writer with ``argv`` (default ``sys.argv[1:]``); raise on failure.
+
+    Raises:
+        ConfigError: A setting is missing or wrong (names the variable, never its value).
+        WriterFailed: The run failed; the status file says ``failed`` with the same cause.
+        SystemExit: The arguments are wrong (argparse's usage message, code 2).
+    """
     from lakehouse_writer.settings import LakehouseSettings
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings = LakehouseSettings(**_overrides(args))
-    except ConfigError as exc:  # names the variable, never a value
-        print(f"lakehouse-writer: {exc}", file=sys.stderr)
-        return 2
+    settings = LakehouseSettings(**_overrides(args))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -76,26 +136,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    return _run(args, settings, stop)
+    _run(args, settings, stop)
 
 
-def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.Event) -> int:
-    """Probe Kafka, start Spark, run; every failure ends in status ``failed`` and one line."""
+def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.Event) -> None:
+    """Probe Kafka, start Spark, run; every failure ends in status ``failed`` and one line.
+
+    Raises:
+        WriterFailed: The run failed (recorded in the status file, logged).
+    """
     from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
     from lakehouse_writer.failure import keep_traces_off_stderr, report_failure
     from lakehouse_writer.probe import connect_timeout, probe_kafka
-    from lakehouse_writer.session import build_spark_session
+    from lakehouse_writer.session import refuse_spark_connect
 
     try:
+        refuse_spark_connect(dict(args.conf))  # before anything starts
         timeout = connect_timeout(args.connect_timeout)
         probe_kafka(settings.kafka_client_conf(), timeout)  # before Spark's ~10 s start
-        spark = build_spark_session(master=None if args.master == "env" else args.master)
+        spark = start_session(args)
         keep_traces_off_stderr(spark)
         job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
     except WriterFailed:
-        return 1  # recorded and logged by the run
+        raise
     except Exception as exc:
-        report_failure(settings, exc)
-        return 1
-    return 0
+        raise report_failure(settings, exc) from exc
+
+
+def start_session(args: argparse.Namespace) -> SparkSession:
+    """The writer's session for ``run``'s arguments (master, ``--conf``, ``--jars``).
+
+    Raises:
+        SparkConnectUnsupported: The session would be a Spark Connect one.
+        ConnectorsMissing: The session lacks the Kafka, Avro or Delta classes.
+    """
+    from lakehouse_writer.session import build_spark_session, check_connectors, resolve_master
+
+    master = resolve_master(args.master)
+    spark = build_spark_session(master=master, jars=args.jars, conf=dict(args.conf))
+    log.info("spark session master=%s", spark.sparkContext.master)
+    check_connectors(spark)
+    return spark

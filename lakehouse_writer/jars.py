@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from lakehouse_writer.errors import LakehouseWriterError
@@ -42,6 +43,14 @@ SPARK_CONNECTORS: tuple[tuple[str, str, str], ...] = (
     ("io.delta", "delta-storage", DELTA_VERSION),
 )
 JARS_DIR_VARIABLE = "LAKEHOUSE_JARS_DIR"
+# The artifacts without which the writer cannot run, and a class of each: what a production
+# image or a cluster must have when the writer does not bring them.
+CONNECTOR_ARTIFACTS = ("spark-sql-kafka", "spark-avro_2.13", "delta-spark_4.0_2.13")  # _artifact
+CONNECTOR_CLASSES = {
+    "Kafka source (spark-sql-kafka-0-10)": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+    "Avro functions (spark-avro)": "org.apache.spark.sql.avro.AvroDataToCatalyst",
+    "Delta Lake (delta-spark)": "io.delta.sql.DeltaSparkSessionExtension",
+}
 
 
 class JarsUnavailable(LakehouseWriterError):
@@ -71,6 +80,63 @@ def jar_dir(target: Path | None = None) -> Path:
 def spark_jars(target: Path | None = None) -> list[str]:
     """Return the connector jars for ``spark.jars`` (see :func:`jar_dir`)."""
     return sorted(str(p) for p in jar_dir(target).glob("*.jar"))
+
+
+def local_jars(given: Sequence[str] | None = None, class_path: str = "") -> list[str]:
+    """The ``spark.jars`` of a session with a local master: Maven only when nothing has them.
+
+    In this order: ``given`` (``--jars``) as they are; none when the driver's classpath will
+    have the connectors already (:func:`on_class_path`: a production image with them in
+    Spark's ``jars/`` or on ``spark.driver.extraClassPath``); the jars of a
+    ``LAKEHOUSE_JARS_DIR`` filled by hand (no ``.pom-sha256`` stamp: nothing to check them
+    against); else :func:`spark_jars` (the Maven cache, resolved on first use).
+
+    Args:
+        given: Jars named by the user; None or empty when none were.
+        class_path: ``spark.driver.extraClassPath`` (entries separated by ``os.pathsep``).
+    """
+    if given:
+        return list(given)
+    if on_class_path(class_path):
+        log.info("connector jars found on the driver's classpath; Maven not asked")
+        return []
+    explicit = os.environ.get(JARS_DIR_VARIABLE)
+    if explicit and not (Path(explicit) / ".pom-sha256").exists():
+        found = sorted(str(p) for p in Path(explicit).glob("*.jar"))
+        if found:
+            return found
+    return spark_jars()
+
+
+def on_class_path(class_path: str = "") -> bool:
+    """True when a driver started here would have every connector without ``spark.jars``.
+
+    Looks for the connectors' jar files (:data:`CONNECTOR_ARTIFACTS`) in the Spark
+    distribution's ``jars/`` (``SPARK_HOME``, else pyspark's) and in ``class_path``
+    (``spark.driver.extraClassPath``: jar files, folders, ``folder/*``).
+    """
+    names = {
+        _artifact(p.name)
+        for folder in _class_path_folders(class_path)
+        for p in folder.glob("*.jar")
+    }
+    names |= {_artifact(Path(e).name) for e in class_path.split(os.pathsep) if e.endswith(".jar")}
+    return all(artifact in names for artifact in CONNECTOR_ARTIFACTS)
+
+
+def _class_path_folders(class_path: str) -> list[Path]:
+    """Folders whose jars a local driver loads: Spark's ``jars/`` and ``class_path``'s."""
+    folders = [Path(e.removesuffix("*")) for e in class_path.split(os.pathsep) if e]
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        folders.append(Path(home) / "jars")
+    try:
+        import pyspark
+
+        folders.append(Path(pyspark.__file__).parent / "jars")
+    except ImportError:
+        pass
+    return [f for f in folders if f.is_dir()]
 
 
 def default_dir() -> Path:
@@ -123,10 +189,19 @@ def _resolve(pom: str, target: Path) -> None:
         jars = staging / "jars"
         log.info("resolving the Spark connector jars with Maven into %s", target)
         done = subprocess.run(
-            [maven, "-q", "-B", "-f", str(staging / "pom.xml"), "dependency:copy-dependencies",
-             f"-DoutputDirectory={jars}"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [
+                maven,
+                "-q",
+                "-B",
+                "-f",
+                str(staging / "pom.xml"),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={jars}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:5]
             raise JarsUnavailable(
