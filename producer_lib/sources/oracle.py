@@ -6,15 +6,26 @@ and comments from ``ALL_CONSTRAINTS``/``ALL_CONS_COLUMNS``/``ALL_COL_COMMENTS``/
 ``ALL_TAB_COMMENTS`` when the query reads a single table (unqualified names: the owner is the
 session user's current schema).
 
+Rows arrive as Arrow batches (``AsyncConnection.fetch_df_batches``, python-oracledb >= 3.4):
+no Python row tuples. Each column is requested in the Arrow type its Avro type stages as
+(:class:`ArrowFetch`): NUMBER(p,s) as decimal128(p,s) (int32/int64 for small scale-0
+numbers; a value that does not fit fails the load), DATE and TIMESTAMP as timestamps read as
+UTC, CLOB/NCLOB/LONG as large strings and BLOB/LONG RAW as large binaries (no LOB locators),
+RAW as binary. Data frames carry no time zone and drop a TIMESTAMP WITH [LOCAL] TIME ZONE's
+offset, so those columns are fetched as ``SYS_EXTRACT_UTC(column)``: the instant, in UTC.
+
 UNTESTED against a live Oracle server: no Oracle database can run where this was written. The
-type mapping and the dictionary handling are unit-tested as pure functions; the connection,
-fetch and output type handlers follow the python-oracledb documentation.
+type mapping and the dictionary handling are unit-tested as pure functions, and the reader
+runs in the tests against a DuckDB stand-in behind python-oracledb's API (real oracledb
+DataFrame objects, ``requested_schema`` emulated with pyarrow's safe casts); what oracledb
+itself does with a requested schema (its conversions and errors) follows its documentation.
 """
 
 from __future__ import annotations
 
-import decimal
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -25,7 +36,7 @@ from pydantic import SecretStr
 from producer_lib.errors import ConfigError, SourceError
 from producer_lib.schema import ValueSchema
 from producer_lib.settings import OracleConnectionSettings
-from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
+from producer_lib.sources.adapter import SourceAdapter
 from producer_lib.sources.dictionary import SourceTable, apply_dictionary, source_table_of
 from producer_lib.sources.oracle_dictionary import (
     COLUMN_COMMENTS_SQL,
@@ -35,16 +46,72 @@ from producer_lib.sources.oracle_dictionary import (
     dictionary_from_rows,
 )
 
+_LARGE_TYPES = {  # LOBs: one value may be up to 1 GB, so 64-bit offsets per batch
+    "DB_TYPE_CLOB": pa.large_string(), "DB_TYPE_NCLOB": pa.large_string(),
+    "DB_TYPE_LONG": pa.large_string(), "DB_TYPE_BLOB": pa.large_binary(),
+    "DB_TYPE_LONG_RAW": pa.large_binary(),
+}  # fmt: skip
+_WITH_ZONE = frozenset({"DB_TYPE_TIMESTAMP_TZ", "DB_TYPE_TIMESTAMP_LTZ"})
 
-def _output_type_handler(cursor: Any, metadata: Any) -> Any:
-    """Fetch NUMBER as Decimal (exact), CLOB/NCLOB as str and BLOB as bytes (no LOB locators)."""
-    if metadata.type_code is oracledb.DB_TYPE_NUMBER and (metadata.scale or 0) != 0:
-        return cursor.var(decimal.Decimal, arraysize=cursor.arraysize)
-    if metadata.type_code in (oracledb.DB_TYPE_CLOB, oracledb.DB_TYPE_NCLOB):
-        return cursor.var(oracledb.DB_TYPE_LONG, arraysize=cursor.arraysize)
-    if metadata.type_code is oracledb.DB_TYPE_BLOB:
-        return cursor.var(oracledb.DB_TYPE_LONG_RAW, arraysize=cursor.arraysize)
-    return None
+
+def _type_name(db_type: Any) -> str:
+    return str(getattr(db_type, "name", db_type))
+
+
+@dataclass(frozen=True)
+class ArrowFetch:
+    """How to fetch a query as Arrow batches that stage without Python rows.
+
+    Attributes:
+        requested: The ``requested_schema`` for oracledb: per column the staging Arrow type,
+            timestamps without zone (data frames have none), LOBs as large types.
+        landing: ``requested`` with the timestamps marked UTC (a zero-copy cast).
+        utc_columns: Columns with a time zone, fetched as ``SYS_EXTRACT_UTC(column)``.
+    """
+
+    requested: pa.Schema
+    landing: pa.Schema
+    utc_columns: tuple[str, ...]
+
+    @classmethod
+    def plan(cls, description: Sequence[Sequence[Any]], page_schema: pa.Schema) -> ArrowFetch:
+        """The fetch of a query with this ``cursor.description`` into ``page_schema``."""
+        requested, landing, utc = [], [], []
+        for item, target in zip(description, page_schema, strict=True):
+            name, db_type = item[0], _type_name(item[1])
+            if pa.types.is_timestamp(target.type):  # asked without zone, staged as UTC
+                fetch_type, land_type = pa.timestamp(target.type.unit), target.type
+            else:
+                fetch_type = land_type = _LARGE_TYPES.get(db_type, target.type)
+            requested.append(pa.field(name, fetch_type))
+            landing.append(pa.field(name, land_type))
+            if db_type in _WITH_ZONE:
+                utc.append(name)
+        return cls(pa.schema(requested), pa.schema(landing), tuple(utc))
+
+    def statement(self, sql: str) -> str:
+        """``sql`` itself, or wrapped so that zoned timestamps come out as UTC instants."""
+        if not self.utc_columns:
+            return sql
+        columns = ", ".join(
+            f'SYS_EXTRACT_UTC("{name}") AS "{name}"' if name in self.utc_columns else f'"{name}"'
+            for name in self.requested.names
+        )
+        return f"SELECT {columns} FROM ({sql})"
+
+    def to_page(self, frame: Any) -> pa.Table:
+        """An oracledb DataFrame (any Arrow stream) as a staging page.
+
+        Raises:
+            SourceError: A column is not the type asked for (names the column).
+        """
+        table = pa.table(frame)
+        for field, want in zip(table.schema, self.requested, strict=True):
+            if field.type != want.type:
+                raise SourceError("Oracle returned another Arrow type than requested",
+                                  column=want.name, arrow_type=str(field.type),
+                                  requested=str(want.type))  # fmt: skip
+        return table.cast(self.landing)
 
 
 def owner_and_table(source: SourceTable, current_schema: str) -> tuple[str, str]:
@@ -101,6 +168,7 @@ class OracleReader(SourceAdapter):
         self._credentials = (user, secret, dsn)
         self.page_size = page_size
         self._ora: Any = None
+        self._description: list[Any] = []
 
     async def open(self) -> None:
         """Connect to Oracle."""
@@ -111,7 +179,6 @@ class OracleReader(SourceAdapter):
             )
         except oracledb.Error as exc:
             raise SourceError(f"Cannot connect to Oracle: {exc}", dsn=dsn, user=user) from exc
-        self._ora.outputtypehandler = _output_type_handler
 
     async def close(self) -> None:
         """Close the Oracle connection."""
@@ -127,19 +194,21 @@ class OracleReader(SourceAdapter):
                 description = cur.description or []
         except oracledb.Error as exc:
             raise SourceError(f"Oracle rejected the query: {exc}", table=name, sql=sql) from exc
+        self._description = list(description)
         schema = ValueSchema(name, namespace)
         for item in description:
             schema.add_field(item[0], avro_type_for_description(item))
         return schema
 
     async def _copy(self, duckdb_table: str, sql: str, arrow_schema: pa.Schema) -> None:
-        page_schema = self.table_schema.get_pyarrow(technical=False)
+        fetch = ArrowFetch.plan(self._description, self.table_schema.get_pyarrow(technical=False))
         try:
-            with self._ora.cursor() as cur:
-                cur.arraysize = self.page_size
-                await cur.execute(sql)
-                while rows := await cur.fetchmany(self.page_size):
-                    await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
+            async for frame in self._ora.fetch_df_batches(
+                fetch.statement(sql), size=self.page_size, requested_schema=fetch.requested
+            ):
+                page = fetch.to_page(frame)
+                if page.num_rows:
+                    await self.insert_page(duckdb_table, page)
         except oracledb.Error as exc:
             raise SourceError(f"Reading from Oracle failed: {exc}", table=duckdb_table,
                               sql=sql) from exc  # fmt: skip

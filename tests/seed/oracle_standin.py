@@ -1,11 +1,10 @@
 """An Oracle stand-in for the documentation's LABWARE flow: python-oracledb's async API over DuckDB.
 
-No Oracle server can run here, and the existing Oracle tests
-(``tests/producer_lib/sources/test_oracle_reader.py``) only test pure functions and an
-unreachable server. So the seed test replaces exactly one function, ``oracledb.connect_async``,
-with :func:`connect_async` below, and everything above it is the real ``OracleReader``: its
-``SELECT * FROM (sql) WHERE 1 = 0`` describe, its paged ``fetchmany`` copy, its data dictionary
-queries with ``:owner``/``:table_name`` binds. What answers them is a DuckDB database holding
+No Oracle server can run here. So the seed test replaces exactly one function,
+``oracledb.connect_async``, with :meth:`StandIn.connect_async` below, and everything above it is
+the real ``OracleReader``: its ``SELECT * FROM (sql) WHERE 1 = 0`` describe, its Arrow fetch
+(``fetch_df_batches``), its data dictionary queries with ``:owner``/``:table_name`` binds. What
+answers them (``tests/support/oracle_standin.py``) is a DuckDB database holding
 ``LIMSPRD.SAMPLE_PLAN`` and the four dictionary views the reader reads (``ALL_CONSTRAINTS``,
 ``ALL_CONS_COLUMNS``, ``ALL_COL_COMMENTS``, ``ALL_TAB_COMMENTS``); result columns are described
 with python-oracledb's own ``DB_TYPE_*`` objects, as Oracle's NUMBER/VARCHAR2/DATE would be.
@@ -13,13 +12,13 @@ with python-oracledb's own ``DB_TYPE_*`` objects, as Oracle's NUMBER/VARCHAR2/DA
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 import duckdb
 import oracledb
+
+from tests.support.oracle_standin import Connection
 
 USER, PASSWORD, DSN = "labware_reader", "stand-in pw/with@signs", "standin.example:1521/LIMS"
 SECRET = f"{USER}/{PASSWORD}@{DSN}"  # the secret "Labware-Source" as user/password@dsn
@@ -66,78 +65,6 @@ def database() -> duckdb.DuckDBPyConnection:
     conn.execute(_SETUP)
     conn.executemany("INSERT INTO LIMSPRD.SAMPLE_PLAN VALUES (?, ?, ?, ?, ?)", SAMPLE_PLAN)
     return conn
-
-
-def _described(name: str, duck_type: str) -> tuple[Any, ...]:
-    """A python-oracledb description entry for a DuckDB column type, as Oracle would give it."""
-    decimal = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", duck_type.replace(" ", ""))
-    if decimal:
-        return (name, oracledb.DB_TYPE_NUMBER, 0, 0, int(decimal[1]), int(decimal[2]), True)
-    fixed = {"INTEGER": (oracledb.DB_TYPE_NUMBER, 9, 0), "BIGINT": (oracledb.DB_TYPE_NUMBER, 18, 0),
-             "VARCHAR": (oracledb.DB_TYPE_VARCHAR, 0, 0),
-             "TIMESTAMP": (oracledb.DB_TYPE_DATE, 0, 0)}  # fmt: skip
-    db_type, precision, scale = fixed[duck_type]
-    size = 4000 if db_type is oracledb.DB_TYPE_VARCHAR else 0  # VARCHAR2(4000)
-    return (name, db_type, size, size, precision, scale, True)
-
-
-class Cursor:
-    """The part of ``oracledb.AsyncCursor`` that OracleReader uses."""
-
-    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
-        self._conn = conn.cursor()
-        self.arraysize = 100
-        self.description: list[tuple[Any, ...]] | None = None
-
-    def __enter__(self) -> Cursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._conn.close()
-
-    async def execute(self, sql: str, binds: dict[str, Any] | None = None) -> None:
-        """Run ``sql``; Oracle's ``:name`` binds become DuckDB's ``$name``."""
-        query = re.sub(r"(?<!:):(\w+)", r"$\1", sql)
-        try:
-            relation = self._conn.execute(query, binds or {})
-        except duckdb.Error as exc:
-            raise oracledb.DatabaseError(f"ORA-00900: stand-in: {exc}") from exc
-        self._rows = relation.fetchall()
-        if not binds:  # the dictionary queries' descriptions are not read
-            described = self._conn.execute(f"DESCRIBE {query}").fetchall()
-            self.description = [_described(row[0], row[1]) for row in described]
-
-    async def fetchmany(self, size: int | None = None) -> list[tuple[Any, ...]]:
-        page, self._rows = (
-            self._rows[: size or self.arraysize],
-            self._rows[size or self.arraysize :],
-        )
-        return page
-
-    async def fetchall(self) -> list[tuple[Any, ...]]:
-        rows, self._rows = self._rows, []
-        return rows
-
-    async def fetchone(self) -> tuple[Any, ...] | None:
-        rows = await self.fetchmany(1)
-        return rows[0] if rows else None
-
-
-class Connection:
-    """The part of ``oracledb.AsyncConnection`` that OracleReader uses."""
-
-    def __init__(self, conn: duckdb.DuckDBPyConnection, user: str) -> None:
-        self._conn = conn
-        self.username = user
-        self.current_schema: str | None = None
-        self.outputtypehandler: Any = None
-        self.closed = False
-
-    def cursor(self) -> Cursor:
-        return Cursor(self._conn)
-
-    async def close(self) -> None:
-        self.closed = True
 
 
 class StandIn:
