@@ -1,0 +1,211 @@
+"""The secured broker for these tests: started once per session in a temp folder, then stopped.
+
+It runs beside the devstack broker on free ports of its own. Every test here is also checked
+for leaks: after it, nothing it logged or printed (Python logging, and stdout/stderr at the
+file-descriptor level, where librdkafka and the JVM write) may contain a generated password.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devstack import secure
+from devstack.secure import FlowGrant, SecureLayout
+from producer_lib.settings import KafkaSettings
+
+_ENV = ("DEVSTACK_SECURE_DIR", "DEVSTACK_SECURE_PORT")
+
+
+def _free_port_pair() -> int:
+    """A port P such that P and P+1 are free on 127.0.0.1 (client and controller listeners)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port < 65000 and _free(port + 1):
+            return port
+    raise RuntimeError("no two free neighbouring ports on 127.0.0.1")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureLayout]:
+    """The secured broker (SASL_SSL, SCRAM-SHA-512, ACLs), with the writer user and no flows.
+
+    ``DEVSTACK_SECURE_DIR``/``_PORT`` point at it meanwhile, so ``devstack`` commands see it.
+    """
+    layout = SecureLayout(root=tmp_path_factory.mktemp("secured") / "kafka", port=_free_port_pair())
+    saved = {name: os.environ.get(name) for name in _ENV}
+    os.environ.update({_ENV[0]: str(layout.root), _ENV[1]: str(layout.port)})
+    try:
+        secure.up(layout, flows=[])
+        yield layout
+    finally:
+        gc.collect()  # clients of failed tests would retry the stopped broker, logging each
+        secure.down(layout)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A flow user made for one test: its grant, its settings, its librdkafka conf."""
+
+    grant: FlowGrant
+    layout: SecureLayout
+
+    @property
+    def password(self) -> str:
+        """The flow's generated password."""
+        return secure.credentials(self.layout)[self.grant.user]
+
+    def topic(self, name: str) -> str:
+        """One of the flow's own topics."""
+        return f"{self.grant.topic_prefix}{name}"
+
+    def env(self) -> dict[str, str]:
+        """The ``KAFKA_*`` variables of the flow."""
+        return secure.env_settings(self.layout, self.grant.user, self.password)
+
+    def settings(self, **overrides: Any) -> KafkaSettings:
+        """producer_lib settings of the flow (``overrides`` by field name)."""
+        return settings_for(self.layout, self.grant.user, self.password, **overrides)
+
+
+def settings_for(layout: SecureLayout, user: str, password: str, **overrides: Any) -> KafkaSettings:
+    """producer_lib's KafkaSettings of ``user`` on the secured broker."""
+    values: dict[str, Any] = {
+        "bootstrap_servers": layout.bootstrap,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": secure.MECHANISM,
+        "sasl_username": user,
+        "sasl_password": password,
+        "ssl_ca_location": str(layout.certificates.ca),
+        "connect_timeout_s": 10.0,
+    }
+    return KafkaSettings(**{**values, **overrides})
+
+
+@pytest.fixture
+def flow(secured: SecureLayout) -> Flow:
+    """A new flow user ``flow-sec_<hex>`` owning the topics ``sec_<hex>.*``."""
+    function = f"sec_{uuid.uuid4().hex[:8]}"
+    grant = FlowGrant(function, f"{function}.")
+    secure.grant(secured, [grant])
+    return Flow(grant, secured)
+
+
+@pytest.fixture
+def writer_conf(secured: SecureLayout) -> dict[str, str]:
+    """The librdkafka settings of the writer user."""
+    password = secure.credentials(secured)[secure.WRITER]
+    return secure.client_conf(secured, secure.WRITER, password)
+
+
+@pytest.fixture
+def admin_conf(secured: SecureLayout) -> dict[str, str]:
+    """The librdkafka settings of the super user."""
+    return secure.admin_conf(secured)
+
+
+def create_topic(conf: dict[str, str], name: str, partitions: int = 1) -> str:
+    """Create ``name`` as ``conf``'s user (the super user, for topics no flow owns)."""
+    admin = AdminClient({**conf, "log_level": 3})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    return name
+
+
+def read_all(
+    conf: dict[str, str], topic: str, timeout_s: float = 30.0, isolation: str = "read_committed"
+) -> list[Message]:
+    """Every message of ``topic`` a reader with ``conf`` sees (``read_committed``), to the end."""
+    consumer = Consumer({**conf, "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation, "log_level": 3})  # fmt: skip
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        if meta.error is not None:
+            raise RuntimeError(f"{topic}: {meta.error}")
+        ends = _high_watermarks(conf, topic, list(meta.partitions))
+        pending = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+        return _drain(consumer, topic, ends, pending, time.monotonic() + timeout_s)
+    finally:
+        consumer.close()
+
+
+def _high_watermarks(conf: dict[str, str], topic: str, partitions: list[int]) -> dict[int, int]:
+    """The high watermarks: a ``read_committed`` client would get the last stable offsets,
+    which stay behind until the commit markers land, after ``commit_transaction`` returned."""
+    consumer = Consumer({**conf, "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
+                         "isolation.level": "read_uncommitted", "log_level": 3})  # fmt: skip
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def _drain(
+    consumer: Consumer, topic: str, ends: dict[int, int], pending: set[int], deadline: float
+) -> list[Message]:
+    messages: list[Message] = []
+    while pending:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic}: partitions {sorted(pending)} never reached their end")
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"{topic}: {msg.error()}")
+            if msg.offset() >= ends[msg.partition()]:
+                pending.discard(msg.partition())
+            continue
+        messages.append(msg)
+    return messages
+
+
+def leaked(secrets: list[str], *texts: str) -> list[str]:
+    """Which of ``secrets`` (shown by their first 4 characters only) appear in ``texts``."""
+    return [s[:4] + "..." for s in secrets if any(s in text for text in texts)]
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_output(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture
+) -> Iterator[None]:
+    """After each test: no generated password in its logs or its stdout/stderr."""
+    caplog.set_level(logging.DEBUG)
+    yield
+    if "secured" not in request.fixturenames:
+        return
+    layout: SecureLayout = request.getfixturevalue("secured")
+    out, err = capfd.readouterr()
+    formatter = logging.Formatter("%(name)s %(message)s")  # with the traceback, if any
+    logged = [formatter.format(r) for when in ("setup", "call") for r in caplog.get_records(when)]
+    secrets = list(secure.credentials(layout).values())
+    assert not leaked(secrets, out, err, *logged), "a password reached the test's output"
