@@ -17,11 +17,11 @@ DuckDB types), never guessed from the data::
 Each event is a JSON object; its fields fill the declared columns by name (other fields are
 ignored). A field that is missing or ``null`` is NULL. A value that does not fit its column's
 type is an error naming the topic, partition and offset (or the file and line) and the column:
-a string where a number belongs, a number with a fraction for an integer column, more decimal
-places than a DECIMAL's scale, a number for a BOOLEAN, a string for a list or a STRUCT, a
-STRUCT field that is missing or does not fit (nested values convert strictly). A VARCHAR column
-takes any JSON value, as its text. An event that is not a JSON object (a tombstone, bad JSON,
-invalid UTF-8) is an error too. No event is dropped silently.
+text that is no number where a number belongs (``"42"`` is 42), a fraction for an integer,
+more decimal places than a DECIMAL's scale, a number for a BOOLEAN, a string for a list or a
+STRUCT, a STRUCT field that is missing or does not fit (nested values convert strictly). A
+VARCHAR column takes any JSON value, as its text. An event that is not a JSON object (a
+tombstone, bad JSON, invalid UTF-8) is an error too. No event is dropped silently.
 
 The topic is read with a ``read_committed`` consumer, from given offsets, from a timestamp or
 from the consumer group's committed offsets, up to the end offsets seen when the load starts
