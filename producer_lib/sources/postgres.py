@@ -25,7 +25,9 @@ Type mapping (anything else is a SourceError naming the column; cast it in SQL):
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +65,7 @@ from producer_lib.sources.dictionary import (
     source_tables_of,
 )
 from producer_lib.sources.postgres_catalog import read_dictionary
-from producer_lib.sources.postgres_scan import EXTENSION, PgColumn, PostgresScan
+from producer_lib.sources.postgres_scan import CANCEL_SQL, EXTENSION, PgColumn, PostgresScan
 from producer_lib.staging import packaged_extension_path, row_count
 
 _TEXT_TYPES = ("json", "jsonb", "uuid", "xml", "inet", "cidr", "macaddr")  # loaded as text
@@ -225,8 +227,22 @@ class PostgresReader(SourceAdapter):
         if not self.use_scanner:
             await self._copy_pages(duckdb_table, sql)
             return
-        await self.run_locked(self._scan.copy, duckdb_table, sql, self._columns)
+        tag = f"flow-load {uuid.uuid4().hex}"
+        try:
+            await self.run_locked(self._scan.copy, duckdb_table, sql, self._columns, tag)
+        except asyncio.CancelledError:  # a flow out of time: stop the copy, free the connection
+            await self._cancel_copy(tag)
+            raise
         self._progress[duckdb_table].add(row_count(self.connection, duckdb_table))
+
+    async def _cancel_copy(self, tag: str) -> None:
+        """Cancel the scanner's query tagged ``tag`` on the server (best effort)."""
+        try:
+            await self.pg.execute(CANCEL_SQL, [f"/* {tag} */"])
+        except psycopg.Error as exc:
+            self.logger.warning("copy not cancelled on the server error=%s", exc)
+        finally:
+            await self.pg.rollback()
 
     async def _copy_pages(self, duckdb_table: str, sql: str) -> None:
         """Fetch the rows with a psycopg server-side cursor, page by page (no scanner)."""

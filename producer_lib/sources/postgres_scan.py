@@ -38,6 +38,9 @@ _SENT_AS_TEXT = frozenset({"json", "jsonb", "xml", "inet", "cidr", "macaddr", "n
 # PostgreSQL prints numeric as plain digits: at most 28 before and 10 (plus zeros) after.
 _FITS_DECIMAL_38_10 = r"-?[0-9]{1,28}(\.[0-9]{0,10}0*)?"
 _databases = itertools.count()
+# Run on another connection of the same user: stops the tagged copy (pg_signal_backend rules).
+CANCEL_SQL = """SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0"""
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,17 @@ class PgColumn:
     unbounded_numeric: bool = False
 
 
-def pushdown_sql(sql: str, columns: list[PgColumn]) -> str:
-    """The query PostgreSQL runs: ``sql`` with positional column names and server casts."""
+def pushdown_sql(sql: str, columns: list[PgColumn], tag: str = "") -> str:
+    """The query PostgreSQL runs: ``sql`` with positional column names and server casts.
+
+    ``tag`` goes into a leading comment, which ``pg_stat_activity`` shows (see CANCEL_SQL).
+    """
     names = [f"c{index}" for index in range(len(columns))]
     wire = ", ".join(
         _server_side(name, column) for name, column in zip(names, columns, strict=True)
     )
-    return f"SELECT {wire} FROM ({sql}) AS q({', '.join(names)})"
+    comment = f"/* {tag} */ " if tag else ""
+    return f"{comment}SELECT {wire} FROM ({sql}) AS q({', '.join(names)})"
 
 
 def _server_side(name: str, column: PgColumn) -> str:
@@ -151,8 +158,11 @@ class PostgresScan:
             self.connection.execute(f"DETACH DATABASE IF EXISTS {quote_ident(self.database)}")
             self.database = None
 
-    def copy(self, duckdb_table: str, sql: str, columns: list[PgColumn]) -> None:
+    def copy(self, duckdb_table: str, sql: str, columns: list[PgColumn], tag: str = "") -> None:
         """Insert the rows of ``sql`` into ``duckdb_table`` (created by the reader).
+
+        ``tag`` marks the query on the server, so that :data:`CANCEL_SQL` can stop it: the
+        scanner does not heed DuckDB's ``interrupt()`` while rows stream.
 
         Raises:
             SourceError: PostgreSQL or DuckDB failed; names the table, and the column when a
@@ -163,7 +173,7 @@ class PostgresScan:
         insert = (f"INSERT INTO {quote_table(duckdb_table)} BY NAME "
                   f"{staging_select(columns, source)}")  # fmt: skip
         try:
-            self.connection.execute(insert, [pushdown_sql(sql, columns)])
+            self.connection.execute(insert, [pushdown_sql(sql, columns, tag)])
         except duckdb.Error as exc:
             raise self._copy_error(exc, duckdb_table, sql, columns) from None
 

@@ -172,3 +172,26 @@ def test_failure_while_copying_never_shows_the_password(typed):
         _load(dsn, "Z", "select 1 / (g - 2) as x from generate_series(1, 3) g")
     assert "s3cr3t-pw" not in str(info.value) and "s3cr3t-pw" not in repr(info.value)
     assert info.value.__cause__ is None or "s3cr3t-pw" not in str(info.value.__cause__)
+
+
+def test_cancelled_load_stops_the_copy_and_frees_the_staging_database(typed):
+    conn = duckdb.connect()
+
+    async def run():
+        async with PostgresReader(typed, connection=conn) as reader:
+            load = asyncio.create_task(
+                reader.load(
+                    "BIG",
+                    "select a.g::int8 * b.g as g from generate_series(1, 20000) "
+                    "a(g), generate_series(1, 20000) b(g)",
+                )
+            )
+            await asyncio.sleep(1.5)
+            load.cancel()
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(asyncio.CancelledError):
+                await load
+            await reader.run_locked(conn.execute, "SELECT 1")  # waits for the copy's lock
+            return asyncio.get_running_loop().time() - started
+
+    assert asyncio.run(run()) < 10  # the whole copy would take minutes
