@@ -150,12 +150,16 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     from lakehouse_writer.failure import keep_traces_off_stderr, report_failure
     from lakehouse_writer.probe import connect_timeout, probe_kafka
     from lakehouse_writer.session import refuse_spark_connect
+    from lakehouse_writer.storage import is_local
 
     try:
         refuse_spark_connect(dict(args.conf))  # before anything starts
         timeout = connect_timeout(args.connect_timeout)
-        probe_kafka(settings.kafka_client_conf(), timeout)  # before Spark's ~10 s start
-        spark = start_session(args)
+        # Kafka is asked before Spark's ~10 s start, unless the checkpoint is on a Hadoop
+        # file system: only Spark can write there that Kafka did not answer.
+        spark = None if is_local(settings.checkpoint_path) else start_session(args)
+        probe_kafka(settings.kafka_client_conf(), timeout)
+        spark = spark or start_session(args)
         keep_traces_off_stderr(spark)
         job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
     except WriterFailed:

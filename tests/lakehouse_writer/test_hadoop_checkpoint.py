@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from lakehouse_writer import job, txn
+from lakehouse_writer.cli import main
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.status import read_status
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
@@ -25,13 +26,23 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 LOG = sample_schema("LOG", keyed=False)  # append-only: a replayed append would double rows
 
 
+def _mount(tmp_path) -> tuple[str, str, str]:
+    """(setting, its value, URI): ``viewfs://<new name>/data`` on ``tmp_path / "data"``."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    (tmp_path / "data").mkdir()
+    return (
+        f"fs.viewfs.mounttable.{name}.link./data",
+        f"file://{tmp_path / 'data'}",
+        f"viewfs://{name}/data",
+    )
+
+
 @pytest.fixture
 def viewfs(spark, tmp_path):
     """``viewfs://<name>/data`` mounted on ``tmp_path / "data"`` (a new name per test)."""
-    key = f"fs.viewfs.mounttable.t{uuid.uuid4().hex[:8]}.link./data"
-    (tmp_path / "data").mkdir()
-    spark.conf.set(key, f"file://{tmp_path / 'data'}")
-    yield f"viewfs://{key.split('.')[3]}/data"
+    key, value, uri = _mount(tmp_path)
+    spark.conf.set(key, value)
+    yield uri
     spark.conf.unset(key)
 
 
@@ -79,3 +90,31 @@ def test_a_driver_restart_on_viewfs_replays_a_batch_without_duplicates(
     assert sorted(r.ID for r in table.collect()) == list(range(6))  # each row once
     assert (read_status(f"{viewfs}/ckpt", spark) or {})["state"] == "drained"
     assert not list(tmp_path.glob("driver*/*")), "nothing written beside the driver"
+
+
+def test_a_failed_start_is_recorded_on_the_checkpoints_file_system(spark, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    key, value, uri = _mount(tmp_path)  # given as users give storage settings: --conf
+    argv = [
+        "run",
+        "--lakehouse",
+        f"{uri}/lake",
+        "--checkpoint",
+        f"{uri}/ckpt",
+        "--once",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--connect-timeout",
+        "1",
+        "--conf",
+        f"{key}={value}",
+    ]
+    try:
+        assert main(argv) == 1
+    finally:
+        spark.conf.unset(key)
+    status = read_status(str(tmp_path / "data" / "ckpt")) or {}
+    assert status["state"] == "failed" and status["error"].startswith("KafkaUnreachable")
+    assert status["error_trace"] == f"{uri}/ckpt/writer_error.log"
+    assert (tmp_path / "data" / "ckpt" / "writer_error.log").is_file()
+    assert not (tmp_path / "viewfs:").exists()
