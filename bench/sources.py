@@ -22,7 +22,8 @@ as REPLACE to a fresh 3-partition topic on ``KAFKA_BOOTSTRAP_SERVERS`` (default 
 broker, 127.0.0.1:19092) in one transaction. Its wall time is split by step, timed by wrapping the
 library's own functions for the run: read (``load`` without its key check), PK check (the
 reader's, and ``produce_from_duckdb``'s own), encode (worker thread: overlaps produce), produce
-(``send_batch`` + poll), commit (flush + commit), other (execution log, topics, start-up).
+(``send_batch``), wait for encode (the main thread idle, waiting for the encode thread), commit
+(flush + commit), other (producer start, transactions, execution log, topics).
 Last line: ``RESULT {json}``.
 """
 
@@ -240,6 +241,7 @@ def end_to_end(dsn: str, bootstrap: str) -> dict[str, Any]:
     clock = StepClock()
     clock.wrap_async(PostgresReader, "load", "load")
     clock.wrap(PostgresReader, "check_primary_key", "pk_check_reader")
+    clock.wrap(KafkaProducer, "produce_from_duckdb", "export")
     clock.wrap(KafkaProducer, "_check_keys", "pk_check_producer")
     clock.wrap(send_module, "encode_batch", "encode")
     clock.wrap(producer_module, "send_batch", "produce")
@@ -262,21 +264,24 @@ def end_to_end(dsn: str, bootstrap: str) -> dict[str, Any]:
 
 
 def _split(seconds: dict[str, float], wall: float) -> dict[str, float]:
-    """Read, PK checks, encode, produce, commit, other (encode overlaps produce)."""
-    read = seconds["load"] - seconds["pk_check_reader"]
-    steps = {
-        "read": read,
+    """The flow's wall time by step; encode runs on a worker thread, beside produce.
+
+    ``wait for encode``: the export's main thread blocked on the encode thread (which also
+    reads the DuckDB batches); ``other``: what is neither load, export nor commit (producer
+    start, transactions, execution log, topic creation, connections).
+    """
+    export = seconds["export"]
+    return {
+        "read": seconds["load"] - seconds["pk_check_reader"],
         "pk_check_reader": seconds["pk_check_reader"],
         "pk_check_producer": seconds["pk_check_producer"],
         "encode (thread)": seconds["encode"],
         "produce": seconds["produce"],
+        "wait for encode": export - seconds["pk_check_producer"] - seconds["produce"],
         "commit": seconds["commit"],
+        "other": wall - seconds["load"] - export - seconds["commit"],
+        "wall": wall,
     }
-    main_thread = read + sum(seconds[k] for k in ("pk_check_reader", "pk_check_producer",
-                                                  "produce", "commit"))  # fmt: skip
-    steps["other"] = wall - main_thread
-    steps["wall"] = wall
-    return steps
 
 
 def _delete_topic(bootstrap: str, topic: str) -> None:
