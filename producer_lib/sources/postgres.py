@@ -166,7 +166,7 @@ class PostgresReader(SourceAdapter):
                                 duckdb.__version__)  # fmt: skip
         self._pg: psycopg.AsyncConnection[Any] | None = None
         self._scan = PostgresScan(self.connection, dsn)
-        self._columns: list[PgColumn] = []
+        self._columns: dict[str, list[PgColumn]] = {}  # by SQL: loads may run concurrently
 
     async def open(self) -> None:
         """Connect to PostgreSQL."""
@@ -181,6 +181,7 @@ class PostgresReader(SourceAdapter):
         """Close the PostgreSQL connection and detach the database from DuckDB."""
         with self._lock:
             self._scan.detach()
+        self._columns.clear()
         if self._pg is not None:
             await self._pg.close()
             self._pg = None
@@ -203,11 +204,12 @@ class PostgresReader(SourceAdapter):
                                   sql=sql) from exc  # fmt: skip
             columns = cur.description or []
         try:
-            self._columns = [pg_column(*await self._type_of(c.type_code), c) for c in columns]
+            mapped = [pg_column(*await self._type_of(c.type_code), c) for c in columns]
         finally:
             await self.pg.rollback()
         schema = ValueSchema(name, namespace)
-        for column in self._columns:
+        self._columns[sql] = mapped
+        for column in mapped:
             schema.add_field(column.name, column.avro_type)
         return schema
 
@@ -229,7 +231,7 @@ class PostgresReader(SourceAdapter):
             return
         tag = f"flow-load {uuid.uuid4().hex}"
         try:
-            await self.run_locked(self._scan.copy, duckdb_table, sql, self._columns, tag)
+            await self.run_locked(self._scan.copy, duckdb_table, sql, self._columns[sql], tag)
         except asyncio.CancelledError:  # a flow out of time: stop the copy, free the connection
             await self._cancel_copy(tag)
             raise

@@ -195,3 +195,21 @@ def test_cancelled_load_stops_the_copy_and_frees_the_staging_database(typed):
             return asyncio.get_running_loop().time() - started
 
     assert asyncio.run(run()) < 10  # the whole copy would take minutes
+
+
+def test_concurrent_loads_on_one_reader_keep_their_own_columns(typed):
+    conn = duckdb.connect()
+
+    async def run():
+        async with PostgresReader(typed, connection=conn) as reader:
+            await asyncio.gather(
+                reader.load("A", "select id, price, tags from typed.t"),
+                reader.load("B", "select label, id from typed.t where id = 1"),
+            )
+
+    asyncio.run(run())
+    assert conn.sql('SELECT * FROM "A" ORDER BY id').fetchall() == [
+        (1, Decimal("123456789.125"), ["a", None, "b c"]),
+        (2, None, None),
+    ]
+    assert conn.sql('SELECT * FROM "B"').fetchall() == [("abc", 1)]
