@@ -32,6 +32,7 @@ from producer_lib.schema import (
     AvroUUID,
 )  # fmt: skip
 from producer_lib.sources import PostgresReader
+from producer_lib.sources.postgres_scan import PostgresScan
 
 UTC = dt.UTC
 # column: (PostgreSQL type, a value as SQL, Avro type, the staged value)
@@ -213,3 +214,11 @@ def test_concurrent_loads_on_one_reader_keep_their_own_columns(typed):
         (2, None, None),
     ]
     assert conn.sql('SELECT * FROM "B"').fetchall() == [("abc", 1)]
+
+
+def test_attach_failure_names_no_dsn_and_no_password():
+    scan = PostgresScan(duckdb.connect(), "host=127.0.0.1 port=1 user=flow password=s3cr3t-pw")
+    with pytest.raises(SourceError, match="Connection refused") as info:
+        scan.attach()  # DuckDB's own message shows the whole connection string
+    assert "s3cr3t-pw" not in str(info.value) and "password" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
