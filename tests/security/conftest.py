@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import socket
 import time
 import uuid
@@ -24,8 +23,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devstack import secure
 from devstack.secure import FlowGrant, SecureLayout
 from producer_lib.settings import KafkaSettings
-
-_ENV = ("DEVSTACK_SECURE_DIR", "DEVSTACK_SECURE_PORT")
 
 
 def _free_port_pair() -> int:
@@ -50,24 +47,22 @@ def _free(port: int) -> bool:
 
 @pytest.fixture(scope="session")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureLayout]:
-    """The secured broker (SASL_SSL, SCRAM-SHA-512, ACLs), with the writer user and no flows.
-
-    ``DEVSTACK_SECURE_DIR``/``_PORT`` point at it meanwhile, so ``devstack`` commands see it.
-    """
+    """The secured broker (SASL_SSL, SCRAM-SHA-512, ACLs), with the writer user and no flows."""
     layout = SecureLayout(root=tmp_path_factory.mktemp("secured") / "kafka", port=_free_port_pair())
-    saved = {name: os.environ.get(name) for name in _ENV}
-    os.environ.update({_ENV[0]: str(layout.root), _ENV[1]: str(layout.port)})
     try:
         secure.up(layout, flows=[])
         yield layout
     finally:
         gc.collect()  # clients of failed tests would retry the stopped broker, logging each
         secure.down(layout)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+
+
+@pytest.fixture
+def secured_env(secured: SecureLayout, monkeypatch: pytest.MonkeyPatch) -> SecureLayout:
+    """``DEVSTACK_SECURE_DIR``/``_PORT`` point at the session's broker (for ``devstack``)."""
+    monkeypatch.setenv("DEVSTACK_SECURE_DIR", str(secured.root))
+    monkeypatch.setenv("DEVSTACK_SECURE_PORT", str(secured.port))
+    return secured
 
 
 @dataclass(frozen=True)
