@@ -134,9 +134,16 @@ class _Trespasser(FunctionRunner):
 
     source_system = "TEST"
 
-    def __init__(self, function: str, own: str, foreign: str) -> None:
+    def __init__(self, function: str, own: str, foreign: str, admin: dict[str, str]) -> None:
         super().__init__(function)
-        self.own, self.foreign = own, foreign
+        self.own, self.foreign, self.admin = own, foreign, admin
+
+    def _until_sent(self, rows: int, timeout_s: float = 15.0) -> None:
+        """Wait until the rows are on the broker (uncommitted), so the abort must hide them."""
+        deadline = time.monotonic() + timeout_s
+        while len(read_all(self.admin, self.own, isolation="read_uncommitted")) < rows:
+            assert time.monotonic() < deadline, f"{rows} rows never reached {self.own}"
+            time.sleep(0.2)
 
     async def initial_load(self, producer: KafkaProducer, reader) -> None:
         schema = await reader.load("T", "SELECT range::BIGINT AS ID, 'n' AS NAME FROM range(10)",
@@ -144,6 +151,7 @@ class _Trespasser(FunctionRunner):
         schema.set_primary_keys("ID")
         own = producer.add_target(self.own, "T", KeySchema(schema), schema)
         producer.produce_from_duckdb("T", own, 100, RowType.INSERT)
+        self._until_sent(10)
         foreign = producer.add_target(self.foreign, "T", KeySchema(schema), schema)
         producer.produce_from_duckdb("T", foreign, 100, RowType.INSERT)
         producer.commit()
@@ -180,14 +188,14 @@ def test_a_flow_writing_a_topic_without_acl_fails_and_publishes_nothing(
 
     started = time.monotonic()
     with pytest.raises(RunFailed) as failed:
-        asyncio.run(_Trespasser(flow.grant.function, own, foreign).run("initial"))
+        asyncio.run(_Trespasser(flow.grant.function, own, foreign, admin_conf).run("initial"))
     took = time.monotonic() - started
 
     text = str(failed.value)
     assert took < 10.0 + FAST_S
     assert failed.value.result.status == "FAILED"
-    assert len(read_all(admin_conf, own, isolation="read_uncommitted")) == 10  # sent...
-    assert read_all(admin_conf, own) == []  # ...and aborted with the rest of the transaction
+    assert len(read_all(admin_conf, own, isolation="read_uncommitted")) == 10  # sent, and...
+    assert read_all(admin_conf, own) == []  # ...aborted with the rest of the transaction
     assert read_all(admin_conf, foreign) == []
     assert not [s for s in _secrets(flow) if s in text]
     assert foreign in text and "authorization failed" in text.lower()
