@@ -69,16 +69,26 @@ class CheckpointFiles:
             one. Local paths need none.
 
     Raises:
-        StorageError: ``directory`` is a URI and there is no classic Spark session.
+        StorageError: ``directory`` is a URI and there is no classic Spark session, or
+            Hadoop has no file system for its scheme (the message says so).
     """
 
     def __init__(self, directory: str, spark: SparkSession | None = None) -> None:
         self.directory = directory
-        self._backend: _Backend = (
-            _LocalFiles(local_path(directory))
-            if is_local(directory)
-            else _HadoopFiles(directory, spark or _active_session(directory))
-        )
+        self._backend: _Backend
+        if is_local(directory):
+            self._backend = _LocalFiles(local_path(directory))
+            return
+        session = spark or _active_session(directory)
+        try:
+            self._backend = _HadoopFiles(directory, session)
+        except Exception as exc:
+            cause = getattr(exc, "java_exception", None)  # e.g. no FileSystem for the scheme
+            if cause is None:
+                raise
+            raise StorageError(
+                f"cannot open the directory: {_describe(cause)}", checkpoint=directory
+            ) from exc
 
     def where(self, name: str) -> str:
         """The path or URI of file ``name`` in the directory."""

@@ -19,6 +19,7 @@ from lakehouse_writer import job, txn
 from lakehouse_writer.cli import main
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.status import read_status
+from lakehouse_writer.storage import CheckpointFiles, StorageError
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -54,6 +55,11 @@ def test_the_instance_id_and_status_live_on_the_checkpoints_file_system(
     assert txn.instance_id(f"{viewfs}/ckpt", spark) == first
     assert (tmp_path / "data" / "ckpt" / "lakehouse_writer_instance").read_text() == first
     assert not (tmp_path / "viewfs:").exists()
+
+
+def test_a_scheme_hadoop_cannot_open_is_named(spark):
+    with pytest.raises(StorageError, match="No FileSystem for scheme .nosuchfs.*nosuchfs://x/c"):
+        CheckpointFiles("nosuchfs://x/c", spark)
 
 
 def test_a_driver_restart_on_viewfs_replays_a_batch_without_duplicates(
