@@ -65,7 +65,14 @@ from producer_lib.sources.dictionary import (
     source_tables_of,
 )
 from producer_lib.sources.postgres_catalog import read_dictionary
-from producer_lib.sources.postgres_scan import CANCEL_SQL, EXTENSION, PgColumn, PostgresScan
+from producer_lib.sources.postgres_scan import (
+    CANCEL_SQL,
+    EXTENSION,
+    PgColumn,
+    PostgresScan,
+    table_scan_fits,
+    whole_table_of,
+)
 from producer_lib.staging import packaged_extension_path, row_count
 
 _TEXT_TYPES = ("json", "jsonb", "uuid", "xml", "inet", "cidr", "macaddr")  # loaded as text
@@ -166,7 +173,8 @@ class PostgresReader(SourceAdapter):
                                 duckdb.__version__)  # fmt: skip
         self._pg: psycopg.AsyncConnection[Any] | None = None
         self._scan = PostgresScan(self.connection, dsn)
-        self._columns: dict[str, list[PgColumn]] = {}  # by SQL: loads may run concurrently
+        # By SQL (loads may run concurrently): the columns, and the whole table it reads if any.
+        self._plans: dict[str, tuple[list[PgColumn], tuple[str, str] | None]] = {}
 
     async def open(self) -> None:
         """Connect to PostgreSQL."""
@@ -181,7 +189,7 @@ class PostgresReader(SourceAdapter):
         """Close the PostgreSQL connection and detach the database from DuckDB."""
         with self._lock:
             self._scan.detach()
-        self._columns.clear()
+        self._plans.clear()
         if self._pg is not None:
             await self._pg.close()
             self._pg = None
@@ -205,10 +213,10 @@ class PostgresReader(SourceAdapter):
             columns = cur.description or []
         try:
             mapped = [pg_column(*await self._type_of(c.type_code), c) for c in columns]
+            self._plans[sql] = (mapped, await self._whole_table(sql, mapped))
         finally:
             await self.pg.rollback()
         schema = ValueSchema(name, namespace)
-        self._columns[sql] = mapped
         for column in mapped:
             schema.add_field(column.name, column.avro_type)
         return schema
@@ -225,15 +233,29 @@ class PostgresReader(SourceAdapter):
             row = await cur.fetchone()
         return (str(row[0]), bool(row[1])) if row else (f"oid {oid}", False)
 
+    async def _whole_table(self, sql: str, columns: list[PgColumn]) -> tuple[str, str] | None:
+        """(schema, table) when ``sql`` reads a whole ordinary table the scanner stages exactly."""
+        source = whole_table_of(sql)
+        if not self.use_scanner or source is None or not table_scan_fits(columns):
+            return None
+        cursor = await self.pg.execute(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON "
+            "n.oid = c.relnamespace WHERE c.oid = to_regclass(%s) AND c.relkind = 'r'",
+            [_regclass_text(source)],
+        )  # fmt: skip
+        found = await cursor.fetchone()
+        return (str(found[0]), str(found[1])) if found else None
+
     async def _copy(self, duckdb_table: str, sql: str, arrow_schema: pa.Schema) -> None:
         if not self.use_scanner:
             await self._copy_pages(duckdb_table, sql)
             return
         tag = f"flow-load {uuid.uuid4().hex}"
         try:
-            await self.run_locked(self._scan.copy, duckdb_table, sql, self._columns[sql], tag)
+            await self.run_locked(self._scan.copy, duckdb_table, sql, *self._plans[sql], tag)
         except asyncio.CancelledError:  # a flow out of time: stop the copy, free the connection
-            await self._cancel_copy(tag)
+            self.connection.interrupt()  # a table scan stops at its next range
+            await self._cancel_copy(tag)  # a query stops on the server
             raise
         self._progress[duckdb_table].add(row_count(self.connection, duckdb_table))
 

@@ -18,19 +18,29 @@ or duplicate is safe), with a cast on the server where the scanner would change 
 
 and, on the DuckDB side, ``timestamp`` (no zone) read as UTC and ``char(n)`` padded to ``n``
 as PostgreSQL prints it (the scanner trims it). Arrays get the same rules per element.
+
+A whole table (``SELECT *`` or plain columns ``FROM`` one ordinary table, nothing else) whose
+columns all come through the scanner unchanged is read as the scanner reads an attached
+table instead: ranges of ``ctid`` copied in parallel on several connections sharing one
+exported snapshot, as fast as DuckDB's own ``CREATE TABLE … AS SELECT * FROM pg.s.t``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
+import sqlglot
 from psycopg.conninfo import conninfo_to_dict
+from sqlglot import exp
 
 from producer_lib.errors import SourceError
 from producer_lib.schema import AvroType
+from producer_lib.sources.dictionary import SourceTable
 from producer_lib.staging import load_packaged_extension, quote_ident, quote_table
 
 EXTENSION = "postgres_scanner"
@@ -38,6 +48,11 @@ _SENT_AS_TEXT = frozenset({"json", "jsonb", "xml", "inet", "cidr", "macaddr", "n
 # PostgreSQL prints numeric as plain digits: at most 28 before and 10 (plus zeros) after.
 _FITS_DECIMAL_38_10 = r"-?[0-9]{1,28}(\.[0-9]{0,10}0*)?"
 _databases = itertools.count()
+# Types the scanner's table scan stages exactly as the reader maps them (after _duckdb_side).
+_TABLE_SCAN_TYPES = frozenset({
+    "bool", "int2", "int4", "int8", "float4", "float8", "numeric", "varchar", "bpchar", "text",
+    "bytea", "date", "time", "timestamp", "timestamptz", "uuid",
+})  # fmt: skip
 # Run on another connection of the same user: stops the tagged copy (pg_signal_backend rules).
 CANCEL_SQL = """SELECT pg_cancel_backend(pid) FROM pg_stat_activity
 WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0"""
@@ -62,6 +77,40 @@ class PgColumn:
     avro_type: AvroType
     length: int | None = None
     unbounded_numeric: bool = False
+
+
+def whole_table_of(sql: str) -> SourceTable | None:
+    """The table of ``SELECT * | plain columns FROM table`` (nothing else), else None."""
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return None
+    if not isinstance(tree, exp.Select) or {k for k, v in tree.args.items() if v} != {
+        "expressions", "from_"
+    }:  # fmt: skip
+        return None
+    table = tree.args["from_"].this
+    if not isinstance(table, exp.Table) or {k for k, v in table.args.items() if v} - {"this", "db"}:
+        return None
+    if not all(_plain_column(item) for item in tree.expressions):
+        return None
+    schema = table.args.get("db")
+    return SourceTable(schema.name if schema else None, table.name,
+                       bool(schema and schema.quoted), bool(table.this.quoted))  # fmt: skip
+
+
+def _plain_column(item: exp.Expression) -> bool:
+    if isinstance(item, exp.Star):
+        return True
+    return isinstance(item, exp.Column) and {k for k, v in item.args.items() if v} == {"this"}
+
+
+def table_scan_fits(columns: list[PgColumn]) -> bool:
+    """True when the scanner's table scan stages every column exactly (no server cast)."""
+    return all(
+        c.type_name in _TABLE_SCAN_TYPES and not c.is_array and not c.unbounded_numeric
+        for c in columns
+    )
 
 
 def pushdown_sql(sql: str, columns: list[PgColumn], tag: str = "") -> str:
@@ -158,24 +207,56 @@ class PostgresScan:
             self.connection.execute(f"DETACH DATABASE IF EXISTS {quote_ident(self.database)}")
             self.database = None
 
-    def copy(self, duckdb_table: str, sql: str, columns: list[PgColumn], tag: str = "") -> None:
+    def copy(
+        self, duckdb_table: str, sql: str, columns: list[PgColumn],
+        table: tuple[str, str] | None = None, tag: str = "",
+    ) -> None:  # fmt: skip
         """Insert the rows of ``sql`` into ``duckdb_table`` (created by the reader).
 
         ``tag`` marks the query on the server, so that :data:`CANCEL_SQL` can stop it: the
-        scanner does not heed DuckDB's ``interrupt()`` while rows stream.
+        scanner does not heed DuckDB's ``interrupt()`` while rows stream. ``table``
+        (schema, name): ``sql`` reads that whole table (:func:`whole_table_of`,
+        :func:`table_scan_fits`), scanned in parallel instead (stopped by ``interrupt()``).
 
         Raises:
             SourceError: PostgreSQL or DuckDB failed; names the table, and the column when a
                 value does not fit it.
         """
         self.attach()
-        source = f"postgres_query({_literal(self.database or '')}, ?)"
+        database = self.database or ""
+        if table is None:
+            query = pushdown_sql(sql, columns, tag)
+            source, parameters = f"postgres_query({_literal(database)}, ?)", [query]
+        else:
+            database = quote_ident(database)
+            names = ", ".join(f"{quote_ident(c.name)} AS c{i}" for i, c in enumerate(columns))
+            source, parameters = (f"(SELECT {names} FROM {database}.{quote_ident(table[0])}."
+                                  f"{quote_ident(table[1])})", [])  # fmt: skip
         insert = (f"INSERT INTO {quote_table(duckdb_table)} BY NAME "
                   f"{staging_select(columns, source)}")  # fmt: skip
         try:
-            self.connection.execute(insert, [pushdown_sql(sql, columns, tag)])
+            with self._any_order(table is not None):
+                self.connection.execute(insert, parameters)
         except duckdb.Error as exc:
             raise self._copy_error(exc, duckdb_table, sql, columns) from None
+
+    @contextlib.contextmanager
+    def _any_order(self, whole_table: bool) -> Iterator[None]:
+        """Let a whole-table scan insert its ranges as they come (``preserve_insertion_order``).
+
+        ``SELECT … FROM t`` without ``ORDER BY`` has no order to keep; keeping the ranges' order
+        costs a third of the copy. A query keeps its order (one stream, maybe ``ORDER BY``).
+        """
+        if not whole_table:
+            yield
+            return
+        row = self.connection.execute("SELECT current_setting('preserve_insertion_order')")
+        previous = bool(row.fetchone()[0])  # type: ignore[index]
+        self.connection.execute("SET preserve_insertion_order = false")
+        try:
+            yield
+        finally:
+            self.connection.execute(f"SET preserve_insertion_order = {previous}")
 
     def _copy_error(
         self, exc: duckdb.Error, table: str, sql: str, columns: list[PgColumn]

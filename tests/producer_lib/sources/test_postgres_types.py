@@ -32,7 +32,7 @@ from producer_lib.schema import (
     AvroUUID,
 )  # fmt: skip
 from producer_lib.sources import PostgresReader
-from producer_lib.sources.postgres_scan import PostgresScan
+from producer_lib.sources.postgres_scan import PostgresScan, whole_table_of
 
 UTC = dt.UTC
 # column: (PostgreSQL type, a value as SQL, Avro type, the staged value)
@@ -222,3 +222,48 @@ def test_attach_failure_names_no_dsn_and_no_password():
         scan.attach()  # DuckDB's own message shows the whole connection string
     assert "s3cr3t-pw" not in str(info.value) and "password" not in str(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("sql", "table"),
+    [
+        ("select * from lineitem", (None, "lineitem")),
+        ('SELECT a, "B" FROM s."T"', ("s", "T")),
+        ("select * from t where a > 1", None),
+        ("select a as b from t", None),
+        ("select t.a from t", None),
+        ("select * from t limit 3", None),
+        ("select distinct a from t", None),
+        ("select * from t join u on true", None),
+        ("with x as (select 1) select * from x", None),
+        ("select * from t tablesample system (1)", None),
+        ("select * from only t", None),
+        ("select 1", None),
+    ],
+)
+def test_whole_table_reads_are_recognised_and_nothing_else(sql, table):
+    found = whole_table_of(sql)
+    assert (found and (found.schema, found.name)) == (table or None)
+
+
+NATIVE = [name for name, spec in COLUMNS.items() if "[]" not in spec[0]
+          and spec[0] not in ("numeric", "json", "jsonb", "xml", "inet")]  # fmt: skip
+
+
+@pytest.mark.parametrize("sql", [
+    "select * from typed.native",
+    f"select id, {', '.join(NATIVE)} from typed.native",
+], ids=["star", "columns"])  # fmt: skip
+def test_whole_table_scanned_in_parallel_stages_the_same_values(typed, sql):
+    with psycopg.connect(typed, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS typed.native AS SELECT id, "
+                     f"{', '.join(NATIVE)} FROM typed.t")  # fmt: skip
+    reader, fast = _load(typed, "NATIVE", sql)
+    assert reader.loads["LIMS.NATIVE"].sql == sql
+    setting = "SELECT current_setting('preserve_insertion_order')"
+    assert fast.sql(setting).fetchone() == (True,)  # relaxed for the copy only
+    _, slow = _load(typed, "NATIVE", sql, use_scanner=False)
+    assert _rows(fast, "NATIVE") == _rows(slow, "NATIVE")
+    values, nulls = _rows(fast, "NATIVE")
+    assert values == {"id": 1, **{name: COLUMNS[name][3] for name in NATIVE}}
+    assert nulls == {"id": 2, **dict.fromkeys(NATIVE)}
