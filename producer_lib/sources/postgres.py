@@ -3,8 +3,10 @@
 psycopg 3 (async) describes the query (columns, exact types and typmods, from ``LIMIT 0``),
 reads the data dictionary and the lineage columns from the catalog, and serves the flow's own
 queries (``reader.pg``). The rows travel through DuckDB's postgres_scanner, the query pushed
-down with ``postgres_query`` (see :mod:`producer_lib.sources.postgres_scan`): binary ``COPY``
-decoded in C++, about 6x what fetching Python tuples with psycopg gives. Without the
+down with ``postgres_query`` (a whole table: the scanner's parallel table scan; see
+:mod:`producer_lib.sources.postgres_scan`): binary ``COPY`` decoded in C++, 3-6x what fetching
+Python tuples with psycopg gives. The copy uses one more connection (a whole table: one per
+DuckDB thread) with the same DSN. Without the
 ``duckdb-extension-postgres_scanner`` package (or with ``use_scanner=False``) the rows are
 fetched with a psycopg server-side cursor in pages of ``page_size`` rows, as before. Primary
 keys, foreign keys and comments come from ``pg_constraint``, ``col_description`` and
