@@ -12,9 +12,13 @@ warms the cache. Then, ``--rounds`` times, alternating, each into a fresh in-mem
 - ``scanner``: ``ATTACH … (TYPE postgres, READ_ONLY)`` and ``CREATE TABLE … AS SELECT * FROM
   pg.public.lineitem`` (the attach is timed too);
 - ``postgres``: ``PostgresReader.load("li", "select * from lineitem")`` (describe, catalog,
-  staging table, copy, key check, lineage: all of ``load``).
+  staging table, copy, key check, lineage: all of ``load``); a whole table, which the reader
+  reads as the scanner reads a table (ctid ranges in parallel);
+- ``query``: the same rows through a query (``… where l_quantity >= 0``), which the reader
+  pushes down with ``postgres_query`` (one stream).
 
-Best round of each; ``ratio_scanner`` = postgres / scanner.
+Best round of each; ``ratio_scanner`` = postgres / scanner, ``ratio_scanner_query`` = query /
+scanner.
 
 End to end: the primary key (l_orderkey, l_linenumber) is added in PostgreSQL, then a
 FunctionRunner flow (``initial`` load) reads the table with PostgresReader and produces every row
@@ -57,6 +61,8 @@ from producer_lib import FunctionRunner, KafkaProducer, KeySchema, PostgresReade
 from producer_lib.staging import load_packaged_extension  # noqa: E402
 from tests.support import postgres as pg_support  # noqa: E402
 
+WHOLE_TABLE = "select * from lineitem"  # read as the scanner reads a table, ctid ranges in parallel
+A_QUERY = "select * from lineitem where l_quantity >= 0"  # every row, through postgres_query
 TOPIC_PARTITIONS = 3
 BATCH_ROWS = 50_000
 log = logging.getLogger("bench.sources")
@@ -132,14 +138,14 @@ def time_scanner(dsn: str) -> tuple[int, float]:
     return (int(rows[0]) if rows else 0), elapsed
 
 
-def time_reader(dsn: str) -> tuple[int, float]:
-    """Rows and seconds of ``PostgresReader.load`` (connect and close excluded)."""
+def time_reader(dsn: str, sql: str = WHOLE_TABLE) -> tuple[int, float]:
+    """Rows and seconds of ``PostgresReader.load(sql)`` (connect and close excluded)."""
 
     async def run() -> tuple[int, float]:
         con = duckdb.connect()
         async with PostgresReader(dsn, log, connection=con) as reader:
             started = time.perf_counter()
-            await reader.load("li", "select * from lineitem")
+            await reader.load("li", sql)
             elapsed = time.perf_counter() - started
         rows = con.execute("SELECT count(*) FROM li").fetchone()
         con.close()
@@ -152,14 +158,17 @@ def staging_rounds(dsn: str, rounds: int) -> dict[str, Any]:
     """Best rows/s of each way over ``rounds`` alternating rounds."""
     best: dict[str, float] = defaultdict(float)
     for index in range(rounds):
-        for name, timed in (("scanner", time_scanner), ("postgres", time_reader)):
+        for name, timed in (("scanner", time_scanner), ("postgres", time_reader),
+                            ("query", lambda d: time_reader(d, A_QUERY))):  # fmt: skip
             rows, seconds = timed(dsn)
             best[name] = max(best[name], rows / seconds)
             print(f"round {index + 1} {name:8} rows={rows} seconds={seconds:.2f} "
                   f"rows_per_s={rows / seconds:,.0f}", flush=True)  # fmt: skip
     return {"postgres_rows_per_s": round(best["postgres"]),
             "scanner_rows_per_s": round(best["scanner"]),
-            "ratio_scanner": round(best["postgres"] / best["scanner"], 3)}  # fmt: skip
+            "ratio_scanner": round(best["postgres"] / best["scanner"], 3),
+            "query_rows_per_s": round(best["query"]),
+            "ratio_scanner_query": round(best["query"] / best["scanner"], 3)}  # fmt: skip
 
 
 # -- end to end: a flow from PostgreSQL to Kafka -------------------------------------------------
