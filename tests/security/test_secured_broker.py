@@ -16,11 +16,19 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import (
+    OFFSET_INVALID,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
     AclPermissionType,
+    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
@@ -240,3 +248,46 @@ def test_no_generated_password_in_the_broker_files(secured):
     assert texts  # the broker's own logs exist
     for path, text in texts.items():
         assert not [u for u, p in passwords.items() if p in text], path
+
+
+@pytest.mark.parametrize(
+    ("group", "allowed"),
+    [("lakehouse-writer-lag", True), ("someone-elses-group", False)],
+    ids=["own-group", "other-group"],
+)
+def test_the_writer_user_commits_offsets_of_its_own_groups_only(
+    writer_conf, admin_conf, group, allowed
+):
+    topic = create_topic(admin_conf, f"monitored.{uuid.uuid4().hex[:8]}")
+    writer = AdminClient({**writer_conf, "log_level": 0})
+    if allowed:
+        assert _commit_offset(writer, group, topic) is None
+    else:
+        with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+            _commit_offset(writer, group, topic)
+    admin = AdminClient({**admin_conf, "log_level": 0})
+    stored = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+    )[group].result(timeout=15)
+    assert stored.topic_partitions[0].offset == (5 if allowed else OFFSET_INVALID)
+
+
+_COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}  # a new broker's first group
+
+
+def _commit_offset(admin: AdminClient, group: str, topic: str) -> None:
+    """Commit offset 5 of ``topic`` for ``group``, retrying while its coordinator loads."""
+    deadline = time.monotonic() + 20
+    while True:
+        offsets = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 5)])]
+        done = admin.alter_consumer_group_offsets(offsets, request_timeout=10)[group]
+        error = done.result(timeout=15).topic_partitions[0].error
+        if error is None:
+            return None
+        if error.code() not in _COORDINATOR_MOVING or time.monotonic() > deadline:
+            raise KafkaException(error)
+        time.sleep(0.5)
