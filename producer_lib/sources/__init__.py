@@ -12,7 +12,8 @@ Every reader is a :class:`SourceAdapter`: ``load(table, sql, namespace, source_s
 derives the schema from the SQL projection, adds keys and comments from the data dictionary
 (best effort), stages the rows in DuckDB (DuckDB's default connection unless one is passed)
 and checks the primary key. ``PostgresReader``, ``OracleReader`` and ``RestReader`` import
-their client libraries (psycopg, oracledb, aiohttp) only when used.
+their client libraries (psycopg, oracledb, aiohttp) only when used. ``KafkaJsonReader`` and
+``JsonLinesReader`` stage JSON events (a topic, or JSON-lines files) with declared columns.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
 from producer_lib.sources.dictionary import DataDictionary, SourceTable, apply_dictionary
 from producer_lib.sources.duckdb_reader import DuckDBReader
+from producer_lib.sources.json_events import JsonColumns, JsonLinesReader, KafkaJsonReader
 
 if TYPE_CHECKING:
     from producer_lib.sources.oracle import OracleReader
@@ -38,6 +40,9 @@ _LAZY = {  # reader -> (module, the extra that installs its client library)
 __all__ = [
     "DataDictionary",
     "DuckDBReader",
+    "JsonColumns",
+    "JsonLinesReader",
+    "KafkaJsonReader",
     "OracleReader",
     "PostgresReader",
     "RestReader",

@@ -8,7 +8,8 @@ Type mapping (``ALL_TAB_COLUMNS`` names and attributes):
 * ``VARCHAR2(n)``/``CHAR(n)`` -> VARCHAR(n) (n in characters), ``NVARCHAR2(n)``/``NCHAR(n)`` ->
   NVARCHAR(n); ``CLOB``/``LONG`` -> CLOB; ``NCLOB`` -> NCLOB.
 * ``DATE`` (has a time of day, seconds) -> timestamp-millis; ``TIMESTAMP(n)`` (read as UTC),
-  ``... WITH [LOCAL] TIME ZONE`` -> timestamp-micros.
+  ``... WITH [LOCAL] TIME ZONE`` -> timestamp-micros (fetched as Arrow: zoned timestamps as
+  ``SYS_EXTRACT_UTC(column)``).
 * ``RAW``/``LONG RAW``/``BLOB`` -> BYTES.
 """
 
