@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
 
@@ -25,16 +26,17 @@ if TYPE_CHECKING:
     from devstack.secure import FlowGrant
 
 TIMEOUT_S = 30.0
-_OWN_TOPIC_OPS = (AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
-                  AclOperation.READ)  # fmt: skip
+_OWN_TOPIC_OPS = (AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.READ)
 _READ_OPS = (AclOperation.READ, AclOperation.DESCRIBE)
 _LITERAL, _PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 
 
 def flow_bindings(
-    flow: FlowGrant, system_topics: Iterable[str], read_topics: Iterable[str],
+    flow: FlowGrant,
+    system_topics: Iterable[str],
+    read_topics: Iterable[str],
     groups: Iterable[str],
-) -> list[AclBinding]:  # fmt: skip
+) -> list[AclBinding]:
     """A flow's ACLs: its own topics and the system topics, its transactional ids, groups."""
     principal = f"User:{flow.user}"
     out = _allow(principal, ResourceType.TOPIC, flow.topic_prefix, _PREFIXED, _OWN_TOPIC_OPS)
@@ -42,8 +44,13 @@ def flow_bindings(
         out += _allow(principal, ResourceType.TOPIC, topic, _LITERAL, _OWN_TOPIC_OPS)
     for topic in read_topics:
         out += _allow(principal, ResourceType.TOPIC, topic, _LITERAL, _READ_OPS)
-    out += _allow(principal, ResourceType.TRANSACTIONAL_ID, flow.transactional_id_prefix,
-                  _PREFIXED, (AclOperation.WRITE, AclOperation.DESCRIBE))  # fmt: skip
+    out += _allow(
+        principal,
+        ResourceType.TRANSACTIONAL_ID,
+        flow.transactional_id_prefix,
+        _PREFIXED,
+        (AclOperation.WRITE, AclOperation.DESCRIBE),
+    )
     for group in groups:
         out += _allow(principal, ResourceType.GROUP, group, _PREFIXED, (AclOperation.READ,))
     return out
@@ -59,11 +66,16 @@ def writer_bindings(user: str, groups: Iterable[str]) -> list[AclBinding]:
 
 
 def _allow(
-    principal: str, kind: ResourceType, name: str, pattern: ResourcePatternType,
+    principal: str,
+    kind: ResourceType,
+    name: str,
+    pattern: ResourcePatternType,
     operations: Iterable[AclOperation],
-) -> list[AclBinding]:  # fmt: skip
-    return [AclBinding(kind, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
-            for op in operations]  # fmt: skip
+) -> list[AclBinding]:
+    return [
+        AclBinding(kind, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
+        for op in operations
+    ]
 
 
 def create(conf: Mapping[str, Any], bindings: list[AclBinding]) -> None:
@@ -82,7 +94,9 @@ def upsert_scram_users(
     """Create or update the SCRAM credential of each user (name -> password)."""
     kind = ScramMechanism[mechanism.replace("-", "_")]
     info = ScramCredentialInfo(kind, iterations)
-    changes = [UserScramCredentialUpsertion(u, info, p.encode()) for u, p in users.items()]
+    changes: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(u, info, p.encode()) for u, p in users.items()
+    ]
     admin = AdminClient({**conf, "log_level": 3})
     for user, future in admin.alter_user_scram_credentials(changes).items():
         try:

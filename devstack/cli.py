@@ -171,31 +171,41 @@ def _parser() -> argparse.ArgumentParser:
             )  # fmt: skip
             _secure_options(cmd)
         if name == "down":
-            cmd.add_argument("--secure", action="store_true",
-                             help="stop the secured broker only")  # fmt: skip
+            cmd.add_argument("--secure", action="store_true", help="stop the secured broker only")
         if name == "env":
-            cmd.add_argument("--secure", action="store_true",
-                             help="the settings of a user of the secured broker")  # fmt: skip
-            cmd.add_argument("--user", default=secure.WRITER,
-                             help="with --secure: writer (default) or flow-<function>")  # fmt: skip
+            cmd.add_argument(
+                "--secure", action="store_true", help="the settings of a user of the secured broker"
+            )
+            cmd.add_argument(
+                "--user",
+                default=secure.WRITER,
+                help="with --secure: writer (default) or flow-<function>",
+            )
     return parser
 
 
 def _secure_options(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
-        "--secure", action="store_true",
+        "--secure",
+        action="store_true",
         help=f"start the secured broker (SASL_SSL, SCRAM-SHA-512, ACLs) on port "
         f"{secure.DEFAULT_PORT} (DEVSTACK_SECURE_PORT) beside the plaintext one",
-    )  # fmt: skip
+    )
     cmd.add_argument(
-        "--flow", action="append", metavar="FUNCTION[=TOPIC_PREFIX]",
+        "--flow",
+        action="append",
+        metavar="FUNCTION[=TOPIC_PREFIX]",
         help="with --secure: a flow user flow-FUNCTION owning the topics TOPIC_PREFIX* "
         "(default FUNCTION.); repeatable; default: tpch=tpch.",
-    )  # fmt: skip
-    cmd.add_argument("--environment", default="dev",
-                     help="with --flow: the environment part of its transactional ids")  # fmt: skip
-    cmd.add_argument("--zone", default="bronze",
-                     help="with --flow: the zone part of its transactional ids")  # fmt: skip
+    )
+    cmd.add_argument(
+        "--environment",
+        default="dev",
+        help="with --flow: the environment part of its transactional ids",
+    )
+    cmd.add_argument(
+        "--zone", default="bronze", help="with --flow: the zone part of its transactional ids"
+    )
 
 
 if __name__ == "__main__":

@@ -261,8 +261,15 @@ def _start(layout: SecureLayout) -> None:
         tls.make_broker_keystore(certs, keystore_password)
     _write_config(layout, properties(layout, admin_password, keystore_password))
     _format_storage(layout, java, classpath, admin_password)
-    cmd = [java, *broker._HEAP, *broker._jvm_flags(layout), "-cp", classpath, "kafka.Kafka",
-           str(layout.config)]  # fmt: skip
+    cmd = [
+        java,
+        *broker._HEAP,
+        *broker._jvm_flags(layout),
+        "-cp",
+        classpath,
+        "kafka.Kafka",
+        str(layout.config),
+    ]
     pid = process.start(cmd, layout.log_file, layout.pid_file, layout.root)
     log.info("started secured Kafka broker pid=%d bootstrap=%s", pid, layout.bootstrap)
 
@@ -286,9 +293,20 @@ def _format_storage(layout: SecureLayout, java: str, classpath: str, admin_passw
     if (layout.data / "meta.properties").is_file():
         return
     scram = f"{MECHANISM}=[name={ADMIN},password={admin_password}]"
-    cmd = [java, *broker._jvm_flags(layout), "-cp", classpath, "kafka.tools.StorageTool",
-           "format", "-t", broker._cluster_id(), "-c", str(layout.config),
-           "--add-scram", scram]  # fmt: skip
+    cmd = [
+        java,
+        *broker._jvm_flags(layout),
+        "-cp",
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        broker._cluster_id(),
+        "-c",
+        str(layout.config),
+        "--add-scram",
+        scram,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
         output = (done.stdout + done.stderr).replace(admin_password, "***")
@@ -308,7 +326,9 @@ def _wait_until_answering(layout: SecureLayout) -> None:
         warm.init_transactions(60)  # the coordinator loads now, not in the first real run
 
     process.wait_until_ready(
-        probe, lambda: status(layout) is not None,
-        f"The secured Kafka broker at {layout.bootstrap}", layout.log_file,
+        probe,
+        lambda: status(layout) is not None,
+        f"The secured Kafka broker at {layout.bootstrap}",
+        layout.log_file,
         broker.START_TIMEOUT_S,
-    )  # fmt: skip
+    )

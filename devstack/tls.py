@@ -53,10 +53,26 @@ def make_ca(folder: Path, name: str) -> Certificates:
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     certs = Certificates(folder)
-    _openssl("req", "-x509", "-newkey", f"rsa:{KEY_BITS}", "-nodes", "-sha256",
-             "-days", str(DAYS), "-subj", f"/CN={name}", "-keyout", str(certs.ca_key),
-             "-out", str(certs.ca), "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        f"rsa:{KEY_BITS}",
+        "-nodes",
+        "-sha256",
+        "-days",
+        str(DAYS),
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        str(certs.ca_key),
+        "-out",
+        str(certs.ca),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     certs.ca_key.chmod(0o600)
     return certs
 
@@ -68,18 +84,57 @@ def make_broker_keystore(certs: Certificates, password: str) -> None:
     """
     work = certs.folder
     key, csr, crt = work / "broker.key", work / "broker.csr", work / "broker.pem"
-    _openssl("req", "-newkey", f"rsa:{KEY_BITS}", "-nodes", "-sha256", "-subj",
-             "/CN=localhost", "-keyout", str(key), "-out", str(csr))  # fmt: skip
+    _openssl(
+        "req",
+        "-newkey",
+        f"rsa:{KEY_BITS}",
+        "-nodes",
+        "-sha256",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
     key.chmod(0o600)
     ext = work / "broker.ext"
     ext.write_text(f"{HOSTS}\nextendedKeyUsage=serverAuth,clientAuth\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(certs.ca), "-CAkey",
-             str(certs.ca_key), "-CAcreateserial", "-days", str(DAYS), "-sha256",
-             "-extfile", str(ext), "-out", str(crt))  # fmt: skip
-    _openssl("pkcs12", "-export", "-in", str(crt), "-inkey", str(key), "-certfile",
-             str(certs.ca), "-name", "broker", "-out", str(certs.keystore),
-             "-passout", "env:DEVSTACK_KEYSTORE_PASSWORD",
-             env={"DEVSTACK_KEYSTORE_PASSWORD": password})  # fmt: skip
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(certs.ca),
+        "-CAkey",
+        str(certs.ca_key),
+        "-CAcreateserial",
+        "-days",
+        str(DAYS),
+        "-sha256",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(crt),
+    )
+    _openssl(
+        "pkcs12",
+        "-export",
+        "-in",
+        str(crt),
+        "-inkey",
+        str(key),
+        "-certfile",
+        str(certs.ca),
+        "-name",
+        "broker",
+        "-out",
+        str(certs.keystore),
+        "-passout",
+        "env:DEVSTACK_KEYSTORE_PASSWORD",
+        env={"DEVSTACK_KEYSTORE_PASSWORD": password},
+    )
     certs.keystore.chmod(0o600)
     for leftover in (csr, ext):
         leftover.unlink(missing_ok=True)
@@ -93,8 +148,11 @@ def _openssl(*args: str, env: dict[str, str] | None = None) -> None:
             "Install it (Debian: apt-get install openssl)."
         )
     done = subprocess.run(  # noqa: S603 - arguments built here
-        [tool, *args], capture_output=True, text=True, check=False,
+        [tool, *args],
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise DevstackError(f"openssl {args[0]} failed: {done.stderr.strip()[-500:]}")

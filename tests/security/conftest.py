@@ -137,9 +137,16 @@ def read_all(
     conf: dict[str, str], topic: str, timeout_s: float = 30.0, isolation: str = "read_committed"
 ) -> list[Message]:
     """Every message of ``topic`` a reader with ``conf`` sees (``read_committed``), to the end."""
-    consumer = Consumer({**conf, "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": isolation, "log_level": 3})  # fmt: skip
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "log_level": 3,
+        }
+    )
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         if meta.error is not None:
@@ -155,11 +162,19 @@ def read_all(
 def _high_watermarks(conf: dict[str, str], topic: str, partitions: list[int]) -> dict[int, int]:
     """The high watermarks: a ``read_committed`` client would get the last stable offsets,
     which stay behind until the commit markers land, after ``commit_transaction`` returned."""
-    consumer = Consumer({**conf, "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
-                         "isolation.level": "read_uncommitted", "log_level": 3})  # fmt: skip
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
+            "isolation.level": "read_uncommitted",
+            "log_level": 3,
+        }
+    )
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in partitions}  # fmt: skip
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
     finally:
         consumer.close()
 

@@ -92,7 +92,11 @@ def test_status_shows_both_brokers_and_the_plaintext_one_is_untouched(secured_en
 
 
 def test_secrets_files_are_owner_only(secured):
-    for path in (secured.credentials_file, secured.config, secured.certificates.ca_key,
-                 secured.certificates.keystore):  # fmt: skip
+    for path in (
+        secured.credentials_file,
+        secured.config,
+        secured.certificates.ca_key,
+        secured.certificates.keystore,
+    ):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(secured.root.stat().st_mode) == 0o700

@@ -55,15 +55,23 @@ def _schema() -> ValueSchema:
 
 def _orders(rows: int) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.sql(f"create table ORDERS as select range::bigint as ID, 'n' || range as NAME "
-            f"from range({rows})")  # fmt: skip
+    con.sql(
+        f"create table ORDERS as select range::bigint as ID, 'n' || range as NAME "
+        f"from range({rows})"
+    )
     return con
 
 
 def _producer(flow: Flow, con: duckdb.DuckDBPyConnection | None = None, **kw) -> KafkaProducer:
     settings = flow.settings(**kw)
-    return KafkaProducer("SHOPDB", flow.grant.function, flow.grant.zone, flow.grant.environment,
-                         settings, duckdb_connection=con)  # fmt: skip
+    return KafkaProducer(
+        "SHOPDB",
+        flow.grant.function,
+        flow.grant.zone,
+        flow.grant.environment,
+        settings,
+        duckdb_connection=con,
+    )
 
 
 def _secrets(flow: Flow) -> list[str]:
@@ -79,8 +87,11 @@ def test_a_flow_produces_and_the_writer_reads_its_commit(flow, writer_conf):
         commit_id = producer.commit()
 
     assert len(read_all(writer_conf, topic)) == 500
-    commits = [json.loads(m.value()) for m in read_all(writer_conf, COMMITS_TOPIC)
-               if m.key() == commit_id.encode()]  # fmt: skip
+    commits = [
+        json.loads(m.value())
+        for m in read_all(writer_conf, COMMITS_TOPIC)
+        if m.key() == commit_id.encode()
+    ]
     assert [c["tables"][0]["rows"] for c in commits] == [500]
 
 
@@ -96,12 +107,17 @@ def test_a_function_runner_flow_runs_initial_and_delta(flow, writer_conf, monkey
 
     assert (first.status, first.delta_pointer) == ("COMPLETED", 9)
     assert (second.status, second.delta_pointer, second.rows) == (
-        "COMPLETED", 14, {"TEST.NUMBERS": 5},
-    )  # fmt: skip
+        "COMPLETED",
+        14,
+        {"TEST.NUMBERS": 5},
+    )
     assert len(read_all(writer_conf, flow.topic("numbers"))) == 16  # TRUNCATE + 10 + 5
     key = f"{flow.grant.function}|default|0".encode()
-    statuses = [json.loads(m.value())["status"] for m in read_all(writer_conf, EXECUTION_LOG_TOPIC)
-                if m.key() == key]  # fmt: skip
+    statuses = [
+        json.loads(m.value())["status"]
+        for m in read_all(writer_conf, EXECUTION_LOG_TOPIC)
+        if m.key() == key
+    ]
     assert statuses == ["STARTED", "COMPLETED", "STARTED", "COMPLETED"]
 
 
@@ -154,8 +170,9 @@ class _Trespasser(FunctionRunner):
             time.sleep(0.2)
 
     async def initial_load(self, producer: KafkaProducer, reader) -> None:
-        schema = await reader.load("T", "SELECT range::BIGINT AS ID, 'n' AS NAME FROM range(10)",
-                                   "TEST", "TEST")  # fmt: skip
+        schema = await reader.load(
+            "T", "SELECT range::BIGINT AS ID, 'n' AS NAME FROM range(10)", "TEST", "TEST"
+        )
         schema.set_primary_keys("ID")
         own = producer.add_target(self.own, "T", KeySchema(schema), schema)
         producer.produce_from_duckdb("T", own, 100, RowType.INSERT)
@@ -185,10 +202,20 @@ def test_a_flow_writing_a_topic_without_acl_fails_and_publishes_nothing(
 ):
     foreign = create_topic(admin_conf, f"someone_else.{uuid.uuid4().hex[:8]}")
     if may_describe:  # the topic is found, and the write itself is refused
-        acls.create(admin_conf, [AclBinding(
-            ResourceType.TOPIC, foreign, ResourcePatternType.LITERAL, f"User:{flow.grant.user}",
-            "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW,
-        )])  # fmt: skip
+        acls.create(
+            admin_conf,
+            [
+                AclBinding(
+                    ResourceType.TOPIC,
+                    foreign,
+                    ResourcePatternType.LITERAL,
+                    f"User:{flow.grant.user}",
+                    "*",
+                    AclOperation.DESCRIBE,
+                    AclPermissionType.ALLOW,
+                )
+            ],
+        )
     own = flow.topic("mine")
     for name, value in flow.env().items():
         monkeypatch.setenv(name, value)
@@ -243,8 +270,7 @@ def test_another_flows_transactional_id_is_refused_with_a_produce_error(flow):
 
 def test_no_generated_password_in_the_broker_files(secured):
     passwords = {u: p for u, p in secure.credentials(secured).items()}
-    texts = {path: path.read_text(errors="replace")
-             for path in Path(secured.root).rglob("*.log")}  # fmt: skip
+    texts = {path: path.read_text(errors="replace") for path in Path(secured.root).rglob("*.log")}
     assert texts  # the broker's own logs exist
     for path, text in texts.items():
         assert not [u for u, p in passwords.items() if p in text], path

@@ -33,10 +33,18 @@ def _commit_rows(flow: Flow, topic: str) -> str:
     schema.add_field("NAME", AvroNVarchar(20))
     schema.add_primary_key("ID")
     con = duckdb.connect()
-    con.sql(f"create table ORDERS as select range::bigint as ID, 'n' || range as NAME "
-            f"from range({ROWS})")  # fmt: skip
-    with KafkaProducer("SHOPDB", flow.grant.function, flow.grant.zone, flow.grant.environment,
-                       flow.settings(), duckdb_connection=con) as producer:  # fmt: skip
+    con.sql(
+        f"create table ORDERS as select range::bigint as ID, 'n' || range as NAME "
+        f"from range({ROWS})"
+    )
+    with KafkaProducer(
+        "SHOPDB",
+        flow.grant.function,
+        flow.grant.zone,
+        flow.grant.environment,
+        flow.settings(),
+        duckdb_connection=con,
+    ) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
         producer.produce_from_duckdb("ORDERS", target, 100, RowType.REPLACE)
         producer.commit()
@@ -51,8 +59,12 @@ def _writer_env(monkeypatch, secured, flow: Flow, password: str | None = None) -
 
 
 def _files_text(*roots: Path) -> str:
-    return "\n".join(p.read_text(errors="replace") for root in roots for p in root.rglob("*")
-                     if p.is_file() and p.stat().st_size < 1_000_000)  # fmt: skip
+    return "\n".join(
+        p.read_text(errors="replace")
+        for root in roots
+        for p in root.rglob("*")
+        if p.is_file() and p.stat().st_size < 1_000_000
+    )
 
 
 @pytest.mark.slow
@@ -78,8 +90,16 @@ def _run_with_a_wrong_password(secured, flow, tmp_path, monkeypatch, caplog):
     wrong = f"wrong-{uuid.uuid4().hex}"
     _writer_env(monkeypatch, secured, flow, password=wrong)
     ckpt = tmp_path / "ckpt"
-    argv = ["run", "--once", "--lakehouse", str(tmp_path / "lake"), "--checkpoint", str(ckpt),
-            "--connect-timeout", "5"]  # fmt: skip
+    argv = [
+        "run",
+        "--once",
+        "--lakehouse",
+        str(tmp_path / "lake"),
+        "--checkpoint",
+        str(ckpt),
+        "--connect-timeout",
+        "5",
+    ]
     started = time.monotonic()
     code = writer_main(argv)
     took = time.monotonic() - started
