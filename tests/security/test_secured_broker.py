@@ -87,6 +87,9 @@ def test_a_flow_produces_and_the_writer_reads_its_commit(flow, writer_conf):
         commit_id = producer.commit()
 
     assert len(read_all(writer_conf, topic)) == 500
+    settings = flow.settings()
+    shown = [repr(settings), str(settings), settings.describe(), repr(producer)]
+    assert not [s for s in _secrets(flow) if any(s in text for text in shown)]
     commits = [
         json.loads(m.value())
         for m in read_all(writer_conf, COMMITS_TOPIC)
@@ -233,6 +236,13 @@ def test_a_flow_writing_a_topic_without_acl_fails_and_publishes_nothing(
     assert read_all(admin_conf, own) == []  # ...aborted with the rest of the transaction
     assert read_all(admin_conf, foreign) == []
     assert not [s for s in _secrets(flow) if s in text]
+    key = f"{flow.grant.function}|default|0".encode()
+    records = [
+        m.value().decode() for m in read_all(admin_conf, EXECUTION_LOG_TOPIC) if m.key() == key
+    ]
+    assert [json.loads(r)["status"] for r in records] == ["STARTED", "FAILED"]
+    assert foreign in json.loads(records[-1])["error"]  # the run's record names the topic
+    assert not [s for s in _secrets(flow) if any(s in r for r in records)]
     assert foreign in text and "authorization failed" in text.lower()
 
 
