@@ -25,7 +25,7 @@ from devstack.secure import FlowGrant, SecureLayout
 from producer_lib.settings import KafkaSettings
 
 
-def _free_port_pair() -> int:
+def free_port_pair() -> int:
     """A port P such that P and P+1 are free on 127.0.0.1 (client and controller listeners)."""
     for _ in range(50):
         with socket.socket() as probe:
@@ -48,7 +48,7 @@ def _free(port: int) -> bool:
 @pytest.fixture(scope="session")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureLayout]:
     """The secured broker (SASL_SSL, SCRAM-SHA-512, ACLs), with the writer user and no flows."""
-    layout = SecureLayout(root=tmp_path_factory.mktemp("secured") / "kafka", port=_free_port_pair())
+    layout = SecureLayout(root=tmp_path_factory.mktemp("secured") / "kafka", port=free_port_pair())
     try:
         secure.up(layout, flows=[])
         yield layout

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from devstack import broker, secure
 from devstack.cli import main
 from producer_lib.settings import KafkaSettings
-from tests.security.conftest import create_topic
+from tests.security.conftest import create_topic, free_port_pair
 
 pytestmark = pytest.mark.kafka
 
@@ -100,3 +100,21 @@ def test_secrets_files_are_owner_only(secured):
     ):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(secured.root.stat().st_mode) == 0o700
+
+
+def test_up_secure_starts_and_down_secure_stops_only_it(tmp_path, monkeypatch, capfd):
+    port = free_port_pair()
+    monkeypatch.setenv("DEVSTACK_SECURE_DIR", str(tmp_path / "kafka-secure"))
+    monkeypatch.setenv("DEVSTACK_SECURE_PORT", str(port))
+    plain_pid = broker.status(broker.BrokerLayout.default())
+    try:
+        assert main(["up", "--secure"]) == 0
+        out = capfd.readouterr().out
+        assert f"kafka (secured): started at 127.0.0.1:{port}" in out
+        assert "KAFKA_SASL_USERNAME=flow-tpch" in out  # the default flow: the TPC-H demo
+        assert main(["down", "--secure"]) == 0
+        assert "kafka (secured): stopped" in capfd.readouterr().out
+        assert secure.status() is None
+    finally:
+        secure.down()
+    assert broker.status(broker.BrokerLayout.default()) == plain_pid
