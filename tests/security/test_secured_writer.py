@@ -119,13 +119,15 @@ def test_the_writer_with_a_wrong_password_stops_before_its_query(
     assert wrong not in said + status
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lakehouse_writer.probe says 'did not answer ... check the network' for a refused "
-    "login (Broker transport failure); it should name authentication (report of issue 22)",
-)
 def test_the_writer_with_a_wrong_password_names_authentication(
     spark, secured, flow, tmp_path, monkeypatch, caplog
 ):
-    _, _, _, said, _ = _run_with_a_wrong_password(secured, flow, tmp_path, monkeypatch, caplog)
+    wrong, code, took, said, status = _run_with_a_wrong_password(
+        secured, flow, tmp_path, monkeypatch, caplog
+    )
+    assert code != 0 and took < 5  # refused at once: not the 5 s connect timeout
     assert "authentication failed" in said.lower()
+    assert "KAFKA_SASL_USERNAME" in said and "KAFKA_SASL_PASSWORD" in said
+    assert "did not answer" not in said and "network" not in said
+    assert "KafkaRefused" in status and "authentication failed" in status
+    assert wrong not in said + status
