@@ -40,14 +40,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ESCAPED = "~/\\:%"
-# Fixed table features. Deletion vectors keep MERGE/DELETE cheap; a GDPR delete purges them.
+# The table features every table starts with, and no others (delta-rs, polars and DuckDB
+# read and write them; a table gains column mapping when a name needs it and type widening
+# when a column first widens). Deletion vectors keep MERGE/DELETE cheap; a GDPR delete
+# purges them.
 BASE_PROPERTIES: dict[str, str] = {
-    "delta.minReaderVersion": "2",
-    "delta.minWriterVersion": "5",
     "delta.enableChangeDataFeed": "true",
-    "delta.enableTypeWidening": "true",
     "delta.enableDeletionVectors": "true",
 }
+TYPE_WIDENING = "delta.enableTypeWidening"
 # Governance properties of the value schema -> Delta table property keys.
 GOVERNANCE_PROPERTIES: dict[str, str] = {
     "dataProductOwnerEmail": "flow.owner_email",
@@ -277,6 +278,15 @@ def _latest_snapshot(spark: SparkSession, path: str) -> Any:
     return jvm_delta_log(spark, path).update(False, empty, empty)
 
 
+def latest_version(spark: SparkSession, path: str) -> int:
+    """The table's latest version in its log (-1: no table), read by the JVM's ``DeltaLog``.
+
+    Raises:
+        py4j.protocol.Py4JError: The class is not there (another Delta distribution).
+    """
+    return int(_latest_snapshot(spark, path).version())
+
+
 def no_data_files(spark: SparkSession, path: str) -> bool:
     """True when there is no table at ``path`` or its latest version has no data files.
 
@@ -363,7 +373,7 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
             _add_column(spark, target, item, ref)
             columns.append((item.name, new_type.simpleString()))
         else:
-            _change_column(spark, target, old.name, old.dataType, new_type, ref)
+            _change_column(spark, target, old.name, old.dataType, new_type, ref, properties)
             if not old.nullable and item.nullable:
                 spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(old.name)} DROP NOT NULL")
                 log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
@@ -390,8 +400,9 @@ def _add_column(spark: SparkSession, target: str, item: AvroField, ref: TableRef
 
 
 def _change_column(
-    spark: SparkSession, target: str, name: str, old: DataType, new: DataType, ref: TableRef
-) -> None:
+    spark: SparkSession, target: str, name: str, old: DataType, new: DataType, ref: TableRef,
+    properties: dict[str, str],
+) -> None:  # fmt: skip
     if old == new or can_widen(new, old):
         return  # the table already holds every value of the new type
     if not can_widen(old, new):
@@ -401,6 +412,10 @@ def _change_column(
             table=ref.qualified, column=name, table_type=old.simpleString(),
             new_type=new.simpleString(),
         )  # fmt: skip
+    if properties.get(TYPE_WIDENING) != "true":  # the table's first widening
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
+        properties[TYPE_WIDENING] = "true"
+        log.info("type widening turned on table=%s column=%s", ref.qualified, name)
     spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(name)} TYPE {new.simpleString()}")
     log.info("column widened table=%s column=%s from=%s to=%s", ref.qualified, name,
              old.simpleString(), new.simpleString())  # fmt: skip
