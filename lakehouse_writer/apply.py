@@ -40,8 +40,17 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.merge import (
+    ACTION,
+    BASE_TIME,
+    DATAFUSION,
+    SPARK,
+    Dialect,
+    MergeClauses,
+    merge_clauses,
+)
 from lakehouse_writer.system_tables import rejected_rows
-from lakehouse_writer.tables import no_data_files
+from lakehouse_writer.tables import latest_version, no_data_files
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import Truncate, distinct_truncates, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
@@ -49,6 +58,7 @@ from producer_lib.schema import TECHNICAL_FIELDS
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from lakehouse_writer.small import SmallChanges
     from lakehouse_writer.tables import TableInfo
 
 log = logging.getLogger(__name__)
@@ -56,8 +66,7 @@ log = logging.getLogger(__name__)
 UPSERT_TYPES = ("I", "U", "A", "R")
 DELETE_TYPES = ("D", "X", "G")
 KNOWN_TYPES = (*UPSERT_TYPES, *DELETE_TYPES, "B", "P", "T")
-ACTION = "__action"
-BASE, BASE_TIME = "__base", "__base_time"
+BASE = "__base"
 _TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 _ORDER = ("__change_time", "partition", "offset")
 
@@ -74,6 +83,9 @@ class ApplyResult:
         gdpr_purged: True when deletion vectors were purged for GDPR deletes.
         version: The table's Delta version afterwards.
         rejected: Rows that could not be applied (``_rejected`` layout), or None.
+        small: True when its MERGEs were offered to delta-rs
+            (:class:`~lakehouse_writer.small.SmallChanges`): the table's state in Spark was
+            not rebuilt by them.
     """
 
     table: str
@@ -83,11 +95,13 @@ class ApplyResult:
     gdpr_purged: bool
     version: int
     rejected: DataFrame | None
+    small: bool = False
 
 
 def apply_batch(
     df: DataFrame, batch_id: int, table: TableInfo, instance_id: str,
     applied_truncates: Sequence[Truncate] = (), summary: RowSummary | None = None,
+    small: SmallChanges | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply one micro-batch's decoded rows of one table; a replay of ``batch_id`` is a no-op.
 
@@ -100,6 +114,8 @@ def apply_batch(
         applied_truncates: TRUNCATEs of earlier batches; batch rows they cover are dropped.
         summary: :func:`summarize_rows` of ``df`` when already known (the writer gets it
             from the pass that decodes the rows); None to compute it here.
+        small: Merges few rows by delta-rs instead of Spark when it takes them (None: Spark
+            does every MERGE).
     """
     from pyspark.sql import functions as F
 
@@ -116,9 +132,11 @@ def apply_batch(
     rows = df.filter(F.col("__change_type") != "T")
     if applied_truncates:
         rows = rows.filter(~truncated(applied_truncates, table.columns))
+    small = small if small is not None and small.takes(table, sum(counts.values())) else None
     if truncates and not table.append_only:
         with steps("truncate"):
-            truncates_last = _apply_older_rows(rows, truncates, table, app_id, batch_id, summary)
+            truncates_last = _apply_older_rows(rows, truncates, table, app_id, batch_id, summary,
+                                               small)  # fmt: skip
             rows = rows.filter(F.col("__change_time") >= _timestamp(truncates_last[0]))
     else:
         truncates_last = truncates
@@ -139,15 +157,15 @@ def apply_batch(
                         batch_id)  # fmt: skip
         else:
             fast = _merge_or_append(rows, table, app_id, batch_id, truncates_last, summary,
-                                    known_empty)  # fmt: skip
+                                    known_empty, small)  # fmt: skip
     with steps("purge"):
         purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
-    log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s version=%d "
-             "steps=%s", table.ref.qualified, batch_id, counts, len(truncates), fast, version,
-             steps)  # fmt: skip
+    log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s small=%s "
+             "version=%d steps=%s", table.ref.qualified, batch_id, counts, len(truncates), fast,
+             small is not None, version, steps)  # fmt: skip
     return ApplyResult(table.ref.qualified, counts, tuple(truncates), fast, purged, version,
-                       rejected)  # fmt: skip
+                       rejected, small=small is not None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -334,7 +352,7 @@ def _append(
 
 def _apply_older_rows(
     rows: DataFrame, truncates: list[Truncate], table: TableInfo, app_id: str, batch_id: int,
-    summary: RowSummary,
+    summary: RowSummary, small: SmallChanges | None,
 ) -> list[Truncate]:  # fmt: skip
     """Merge the rows older than the batch's latest TRUNCATEs, in time order with them.
 
@@ -357,7 +375,8 @@ def _apply_older_rows(
     step = 0
     for earlier, group in before:  # rows older than a TRUNCATE first, then it
         if earlier is not None:
-            _merge_rows(earlier, table, app_id, txn.segment_version(batch_id, step), summary)
+            version = txn.segment_version(batch_id, step)
+            _merge_rows(earlier, table, app_id, version, summary, small)
             step += 1
         if group:
             _delete_truncated(spark, table, group, app_id, txn.segment_version(batch_id, step))
@@ -373,6 +392,7 @@ def _merge_or_append(
     truncates: list[Truncate],
     summary: RowSummary,
     known_empty: bool,
+    small: SmallChanges | None,
 ) -> bool:
     counts = summary.counts
     only_upserts = not any(counts.get(c) for c in (*DELETE_TYPES, "B", "P"))
@@ -380,21 +400,28 @@ def _merge_or_append(
     if reload and (known_empty or _is_empty(rows.sparkSession, table)):
         # A reload rarely repeats a key: its rows are appended as they are, on condition
         # that no key repeats (checked first); else the last per key.
+        version = txn.txn_version(batch_id, txn.STEP_ROWS)
+        if small is not None and small.append(conform(rows, table), table, app_id, version):
+            return True
         if not _append(rows, table, app_id, batch_id, lambda: unique_keys(rows, table.keys)):
             _append(latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True
     if any(counts.get(c) for c in (*UPSERT_TYPES, *DELETE_TYPES, "B", "P")):
-        _merge_rows(rows, table, app_id, txn.txn_version(batch_id, txn.STEP_ROWS), summary)
+        version = txn.txn_version(batch_id, txn.STEP_ROWS)
+        _merge_rows(rows, table, app_id, version, summary, small)
     return False
 
 
 def _merge_rows(
-    rows: DataFrame, table: TableInfo, app_id: str, version: int, summary: RowSummary
-) -> None:
+    rows: DataFrame, table: TableInfo, app_id: str, version: int, summary: RowSummary,
+    small: SmallChanges | None,
+) -> None:  # fmt: skip
     """One MERGE of ``rows``: their actions, the last per key, the change-time guard."""
+    if small is not None:  # few rows: one partition, so the window per key needs no shuffle
+        rows = rows.coalesce(1)
     actions = _with_actions(rows, table, summary.counts)
     latest = latest_per_key(actions, table.keys, _payload(table))
-    _merge(latest, table, app_id, version, summary.key_range)
+    _merge(latest, table, app_id, version, summary.key_range, small)
 
 
 def _segments(
@@ -561,36 +588,37 @@ def conform(rows: DataFrame, table: TableInfo, extra: tuple[str, ...] = ()) -> D
 
 def _merge(
     latest: DataFrame, table: TableInfo, app_id: str, version: int,
-    key_range: tuple[object, object] | None = None,
+    key_range: tuple[object, object] | None = None, small: SmallChanges | None = None,
 ) -> None:  # fmt: skip
-    """One MERGE of the per-key rows (see :func:`latest_per_key` for the actions)."""
+    """One MERGE of the per-key rows (:mod:`lakehouse_writer.merge`), by ``small`` if it can."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     spark = latest.sparkSession
-    source = conform(latest, table, extra=(ACTION, BASE_TIME)).alias("s")
-    on = _all([F.col(f"t.{_q(k)}").eqNullSafe(F.col(f"s.{_q(k)}")) for k in table.keys])
+    source = conform(latest, table, extra=(ACTION, BASE_TIME))
+    if small is not None:
+        if small.merge(source, table, _clauses(table, DATAFUSION), app_id, version) is not None:
+            return
+    clauses = _clauses(table, SPARK)
+    on = F.expr(clauses.on)
     if key_range is not None:  # a target-only predicate: Delta skips files outside the range
         first = table.keys[0]
         lo, hi = (F.lit(v).cast(table.columns[first]) for v in key_range)
         on = on & F.col(f"t.{_q(first)}").between(lo, hi)
-    newer = "s.`__change_time` >= t.`__change_time`"
-    base_newer = f"s.{BASE_TIME} >= t.`__change_time`"
-    every = {_q(c): f"s.{_q(c)}" for c in table.columns}
-    technical = {k: v for k, v in every.items() if k.strip("`") in _TECHNICAL}
-    folds = "('upsert_archive', 'delete_archive')"
     with txn.delta_txn(spark, app_id, version):
         (
             DeltaTable.forPath(spark, table.path).alias("t")
-            .merge(source, on)
-            .whenMatchedDelete(f"s.{ACTION} = 'delete' AND {newer}")
-            .whenMatchedUpdate(f"(s.{ACTION} = 'upsert' AND {newer}) OR "
-                               f"(s.{ACTION} IN {folds} AND {base_newer})", set=every)
-            .whenMatchedUpdate(f"s.{ACTION} IN ('archive', 'upsert_archive', 'delete_archive') "
-                               f"AND {newer}", set=technical)
-            .whenNotMatchedInsert(f"s.{ACTION} != 'delete'", values=every)
+            .merge(source.alias("s"), on)
+            .whenMatchedDelete(clauses.delete)
+            .whenMatchedUpdate(clauses.replace, set=clauses.every)
+            .whenMatchedUpdate(clauses.archive, set=clauses.technical)
+            .whenNotMatchedInsert(clauses.insert, values=clauses.every)
             .execute()
         )  # fmt: skip
+
+
+def _clauses(table: TableInfo, dialect: Dialect) -> MergeClauses:
+    return merge_clauses(list(table.columns), table.keys, _TECHNICAL, dialect)
 
 
 def _payload(table: TableInfo) -> list[str]:
@@ -618,19 +646,18 @@ def _purge(spark: SparkSession, table: TableInfo) -> bool:
 
 
 def _version(spark: SparkSession, path: str) -> int:
-    """The table's latest Delta version (the writer is its only writer).
+    """The table's latest Delta version, whichever engine wrote it (Spark or delta-rs).
 
-    Read from the JVM's ``DeltaLog`` (:func:`~lakehouse_writer.tables.jvm_delta_log`): about
-    5 ms, where ``history(1)`` runs a Spark job (0.2-0.3 s a table, every batch). Where that
-    class is not there (another Delta distribution), ``history(1)``.
+    Read from the JVM's ``DeltaLog``, updated from the table's log (a listing of
+    ``_delta_log``, no Spark job), where ``history(1)`` runs a job (0.2-0.3 s a table, every
+    batch); the cached snapshot alone would miss delta-rs's commits. Where that class is not
+    there (another Delta distribution), ``history(1)``.
     """
     from delta.tables import DeltaTable
     from py4j.protocol import Py4JError
 
-    from lakehouse_writer.tables import jvm_delta_log
-
     try:
-        return int(jvm_delta_log(spark, path).unsafeVolatileSnapshot().version())
+        return latest_version(spark, path)
     except Py4JError:
         return int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
 

@@ -43,6 +43,8 @@ from lakehouse_writer.read import (
 )
 from lakehouse_writer.reload import Speculation, offset_ranges, speculate
 from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
+from lakehouse_writer.session import require_classic
+from lakehouse_writer.small import SmallChanges
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, record_lag, write_status
 from lakehouse_writer.system_tables import (
@@ -121,6 +123,7 @@ class BatchProcessor:
         self._merged: list[str] = []  # paths of the tables merged into by the running batch
         self._expected = ExpectedSchemas()
         self._workers = workers_from_env()  # tables applied at once (lakehouse_writer.parallel)
+        self._small = SmallChanges(settings.small_merge_rows)  # few rows: merged by delta-rs
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
         self._ahead: set[bytes] = set()  # headers whose table is known to exist
         self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
@@ -440,7 +443,7 @@ class BatchProcessor:
             result = outcome.result
             assert result is not None
             results.append(result)
-            if not (result.fast_path or info.append_only):
+            if not (result.fast_path or result.small or info.append_only):
                 self._merged.append(info.path)
             changes.versions[result.table] = result.version
             changes.truncates += self._truncates.record(result.table, result.truncates)
@@ -464,7 +467,8 @@ class BatchProcessor:
             ref, (info, rows) = item
             rows = on_session(rows, session)
             summary = decoded.summaries.get(ref)
-            result = apply_batch(rows, batch_id, info, self._instance, applied[ref], summary)
+            result = apply_batch(rows, batch_id, info, self._instance, applied[ref], summary,
+                                 self._small)  # fmt: skip
             if result.rejected is None:
                 return result
             return replace(result, rejected=on_session(result.rejected, applier.session))
@@ -610,6 +614,7 @@ def start(
         TopicPatternError: Java refuses the topics regex (checked first).
         KafkaUnreachable: Kafka did not answer within ``connect_timeout_s``.
     """
+    require_classic(spark)
     ours = TopicPattern(spark, settings.topics_regex)
     probe_kafka(settings.kafka_client_conf(), connect_timeout(connect_timeout_s))
     options: dict[str, Any] = source_options(settings)

@@ -72,8 +72,11 @@ def lake(spark, kafka_bootstrap, new_topic, tmp_path):
         path, checkpoint, kafka_bootstrap, LAKEHOUSE_SCHEMAS_TOPIC=schemas,
         LAKEHOUSE_TOPICS_REGEX="orders|customers|_commits|_execution_log|_lineage",
     ))  # fmt: skip
-    return (lambda warm=False: BatchProcessor(spark, settings, "instance-1", warm)), path, \
-        checkpoint  # fmt: skip
+
+    def make(warm: bool = False, **more: object) -> BatchProcessor:
+        return BatchProcessor(spark, settings.model_copy(update=more), "instance-1", warm)
+
+    return make, path, checkpoint
 
 
 def _read(spark, path, version=None):
@@ -268,7 +271,7 @@ def test_a_running_writer_builds_the_state_of_a_merged_table_between_batches(spa
     draining(kafka_rows(spark, row_messages("orders", ORDERS, _orders(1, 2))), 0)
     time.sleep(1)
     assert not state_built()  # else the test below would prove nothing
-    running = make(warm=True)
+    running = make(warm=True, small_merge_rows=0)  # Spark's MERGEs (delta-rs's need no state)
     running(kafka_rows(spark, row_messages("orders", ORDERS, _orders(3, t=2), first_offset=2)), 1)
     deadline = time.monotonic() + 60
     while not state_built() and time.monotonic() < deadline:

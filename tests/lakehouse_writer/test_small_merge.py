@@ -1,0 +1,137 @@
+"""Small MERGEs by delta-rs (lakehouse_writer.small): the same table as Spark's, replay-safe.
+
+Each test applies the same batches to two tables, one merged by Spark and one offered to
+delta-rs, and compares what a reader sees: the rows, and the Change Data Feed. The Delta log's
+``engineInfo`` tells which engine wrote each commit.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from lakehouse_writer.apply import apply_batch
+from lakehouse_writer.small import SmallChanges
+from lakehouse_writer.tables import TableManager
+from tests.support.writer import rows_df, sample_schema
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ("ID", "NAME", "REGION", "AMOUNT", "__change_type")
+
+FIRST = [{"ID": i, "NAME": f"n{i}", "REGION": "A", "__change_type": "I", "t": 1} for i in range(8)]
+CHANGES = [
+    {
+        "ID": 1,
+        "NAME": "n1-new",
+        "REGION": "B",
+        "AMOUNT": Decimal("1.50"),
+        "__change_type": "U",
+        "t": 2,
+    },
+    {"ID": 1, "NAME": "n1-newer", "REGION": "B", "__change_type": "U", "t": 3},
+    {"ID": 2, "NAME": "n2", "__change_type": "D", "t": 2},
+    {"ID": 3, "NAME": "stale", "__change_type": "U", "t": 0},  # older than stored: ignored
+    {"ID": 4, "NAME": "n4-kept", "__change_type": "P", "t": 2},  # archive: payload kept
+    {"ID": 20, "NAME": "n20", "REGION": "C", "__change_type": "A", "t": 2},
+]
+
+
+def _engines(path: str) -> list[str]:
+    """The ``engineInfo`` of each commit after the table's creation, oldest first."""
+    engines = []
+    for log in sorted((Path(path) / "_delta_log").glob("*.json"))[1:]:
+        for line in log.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info is not None:
+                engines.append(str(info.get("engineInfo", "")))
+    return engines
+
+
+def _seen(spark, path: str) -> tuple[list[tuple], list[tuple]]:
+    from pyspark.sql import functions as F
+
+    rows = spark.read.format("delta").load(path).select(*COLUMNS).collect()
+    changes = (
+        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+        .load(path).select(*COLUMNS, "_change_type", "_commit_version")
+        .withColumn("AMOUNT", F.col("AMOUNT").cast("string")).collect()
+    )  # fmt: skip
+    return sorted(map(tuple, rows)), sorted(tuple(r[:-1]) for r in changes)
+
+
+@pytest.fixture
+def twins(spark, tmp_path):
+    """Two empty tables of one schema: apply(batches, small) applies to the second."""
+    schema = sample_schema()
+    spark_table = TableManager(spark, str(tmp_path / "by_spark")).ensure(schema)
+    small_table = TableManager(spark, str(tmp_path / "by_delta_rs")).ensure(schema)
+
+    def apply(rows, batch_id, small=None, table=small_table):
+        return apply_batch(rows_df(spark, schema, rows), batch_id, table, "w1", small=small)
+
+    return apply, spark_table, small_table
+
+
+def test_small_merges_leave_what_spark_leaves(spark, twins):
+    apply, spark_table, small_table = twins
+    small = SmallChanges()
+    for batch_id, rows in enumerate([FIRST, CHANGES]):
+        apply(rows, batch_id, table=spark_table)
+        result = apply(rows, batch_id, small=small)
+        assert result.small
+    assert _seen(spark, small_table.path) == _seen(spark, spark_table.path)
+    rows, _ = _seen(spark, small_table.path)
+    assert ("1", "n1-newer") == (str(rows[1][0]), rows[1][1])
+    assert all(r[0] != 2 for r in rows), "the deleted key is gone"
+    assert [e.split(":")[0] for e in _engines(small_table.path)][-1].startswith("delta-rs")
+    assert result.version == 2
+
+
+def test_a_replayed_batch_changes_nothing_whichever_engine_wrote_it(spark, twins):
+    apply, _, table = twins
+    small = SmallChanges()
+    apply(FIRST, 0, small=small)
+    apply(CHANGES, 1, small=small)
+    before = _seen(spark, table.path)
+    commits = len(_engines(table.path))
+    assert apply(CHANGES, 1, small=small).version == 2  # delta-rs sees its own txn version
+    assert apply(CHANGES, 1).version == 2  # and Spark sees it too
+    assert _seen(spark, table.path) == before
+    assert len(_engines(table.path)) == commits
+
+
+def test_tables_delta_rs_cannot_write_and_large_batches_go_to_spark(spark, twins):
+    apply, _, table = twins
+    apply(FIRST, 0, small=SmallChanges(max_rows=3))  # 8 rows: more than it takes
+    assert not any(e.startswith("delta-rs") for e in _engines(table.path))
+    spark.sql(f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES "
+              "('delta.enableTypeWidening' = 'true')")  # fmt: skip
+    small = SmallChanges()
+    apply(CHANGES, 1, small=small)
+    assert not any(e.startswith("delta-rs") for e in _engines(table.path))
+    rows, _ = _seen(spark, table.path)
+    assert len(rows) == 8 and ("n1-newer" in {r[1] for r in rows})
+    assert not small.takes(table, 1), "the table is Spark's from then on"
+
+
+@pytest.mark.parametrize("repeat", [False, True], ids=["appended", "a key repeats"])
+def test_a_reload_after_small_merges_deletes_what_they_wrote(spark, twins, repeat):
+    # The table was created by this writer: had its version been read from Spark's cached
+    # snapshot (version 0, blind to delta-rs's commits), it would have passed for empty and
+    # the reload would have kept the old rows.
+    apply, _, table = twins
+    small = SmallChanges()
+    apply(FIRST, 0, small=small)
+    reload = [{"ID": 0, "__change_type": "T", "t": 5},
+              {"ID": 100, "NAME": "old", "__change_type": "R", "t": 5},
+              {"ID": 100, "NAME": "new", "__change_type": "R", "t": 5}]  # fmt: skip
+    result = apply(reload if repeat else reload[:1] + reload[2:], 1, small=small)
+    rows, _ = _seen(spark, table.path)
+    assert [(r[0], r[1]) for r in rows] == [(100, "new")]
+    assert result.version == 3  # delta-rs's merge, the TRUNCATE's delete, the reload
+    reloaded_by = _engines(table.path)[-1]
+    assert reloaded_by.startswith("delta-rs") != repeat  # a repeated key: Spark's last per key
