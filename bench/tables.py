@@ -1,7 +1,7 @@
 """Benchmark: the lakehouse writer over many small tables (a whole source system).
 
 Run: ``.venv/bin/python bench/tables.py [--tables N] [--rows R] [--partitions P]
-[--event-log DIR] [--verbose]``
+[--latency-seconds S] [--event-log DIR] [--verbose]``
 
 N tables (default 100) of R rows (default 2,000), each with its own value schema and its own
 topic (P partitions, default 1), go through the real producer (``KafkaProducer``) to the
@@ -16,8 +16,13 @@ timing; its start is reported apart as ``spark_start_s``):
 
 After each drain every table's Delta log is checked: (a) wrote R rows into each table, (b)
 updated 10 and deleted 2 in each. ``steps_*``: the writer's own seconds per step of a batch
-(scan, decode, apply, system, state), summed over the batches of the drain. The latency of a
-steady stream (``latency_p50_s``/``latency_p99_s``) is not measured yet: null.
+(scan, decode, apply, system, state), summed over the batches of the drain.
+
+(c) a steady stream: for S seconds (default 60; 0 skips it) a transaction a second, each
+    updating 10 rows in each of 10 tables drawn at random, while a continuous writer (1 s
+    trigger, the checkpoint of (b)) runs. ``latency_p50_s``/``latency_p99_s``: from the
+    producer's commit to the commit's row in ``_commits`` (written once all its rows are
+    applied), polled every 0.2 s or less.
 
 ``--event-log DIR`` keeps Spark's event log there (which jobs a table's apply runs). The
 broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker. Figures go to
@@ -30,15 +35,18 @@ import argparse
 import json
 import logging
 import os
+import random
 import re
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.parquet as pq
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
@@ -58,6 +66,8 @@ from producer_lib.settings import KafkaSettings  # noqa: E402
 log = logging.getLogger("bench.tables")
 
 UPDATES, DELETES = 10, 2  # changed rows per table in (b)
+LATENCY_TABLES = 10  # tables a transaction of (c) updates (UPDATES rows each)
+LATENCY_TIMEOUT_S = 120.0
 BATCH_SIZE = 10_000
 COLUMNS = [
     ("id", ps.AvroLong(), False), ("name", ps.AvroVarchar(40), True),
@@ -116,6 +126,78 @@ def produce_delta(producer: KafkaProducer, targets: list[Target]) -> float:
     return time.perf_counter() - started
 
 
+class CommitsSeen:
+    """When each commit id first appears in the lakehouse's ``_commits`` table.
+
+    ``_commits`` gets a commit's row once every row of it is applied: the moment it is
+    visible. Read from the table's log and new Parquet files (it is append-only), no Spark.
+    """
+
+    def __init__(self, lakehouse: str) -> None:
+        self._table = Path(lakehouse) / "_commits"
+        self._files: set[str] = set()
+        self.seen: dict[str, float] = {}
+
+    def poll(self) -> None:
+        """Record the commit ids of the files added since the last poll."""
+        now = time.monotonic()
+        for log_file in sorted((self._table / "_delta_log").glob("[0-9]*.json")):
+            for line in log_file.read_text().splitlines():
+                add = json.loads(line).get("add")
+                if add is None or add["path"] in self._files:
+                    continue
+                self._files.add(add["path"])
+                ids = pq.read_table(self._table / add["path"], columns=["commit_id"])
+                for commit_id in ids.column(0).to_pylist():
+                    self.seen.setdefault(commit_id, now)
+
+
+def phase_latency(spark: Any, producer: KafkaProducer, targets: list[Target],
+                  settings: LakehouseSettings, seconds: float) -> dict[str, Any]:  # fmt: skip
+    """(c): a transaction a second, each updating rows of 10 random tables, against a running
+    writer (1 s trigger); commit-to-visible per transaction."""
+    stop, failure = threading.Event(), []
+    running = settings.model_copy(update={"trigger_interval_s": 1})
+
+    def writer() -> None:
+        try:
+            job.run(spark, running, once=False, stop=stop)
+        except Exception as exc:  # reported below
+            failure.append(exc)
+
+    thread = threading.Thread(target=writer, name="bench-writer", daemon=True)
+    thread.start()
+    seen, committed = CommitsSeen(settings.lakehouse_path), {}
+    chooser = random.Random(7)
+    try:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends and thread.is_alive():
+            started = time.monotonic()
+            for target in chooser.sample(targets, min(LATENCY_TABLES, len(targets))):
+                producer.produce_from_duckdb("UPD", target, BATCH_SIZE, RowType.UPDATE)
+            commit_id = producer.commit()
+            committed[commit_id] = time.monotonic()
+            seen.poll()
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        deadline = time.monotonic() + LATENCY_TIMEOUT_S
+        while set(committed) - set(seen.seen) and time.monotonic() < deadline:
+            seen.poll()
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(LATENCY_TIMEOUT_S)
+    if failure:
+        raise RuntimeError("phase latency: the writer failed") from failure[0]
+    missing = set(committed) - set(seen.seen)
+    if missing:
+        raise RuntimeError(f"phase latency: {len(missing)} of {len(committed)} commits not "
+                           f"visible within {LATENCY_TIMEOUT_S} s")  # fmt: skip
+    latency = sorted(seen.seen[c] - t for c, t in committed.items())
+    p50, p99 = (latency[min(len(latency) - 1, int(q * len(latency)))] for q in (0.5, 0.99))
+    return {"latency_p50_s": round(p50, 2), "latency_p99_s": round(p99, 2),
+            "latency_max_s": round(latency[-1], 2), "latency_commits": len(latency)}  # fmt: skip
+
+
 def last_commits(table: str, after: int) -> list[dict[str, Any]]:
     """The ``commitInfo`` of the versions of ``table`` after ``after``, oldest first."""
     infos = []
@@ -128,6 +210,13 @@ def last_commits(table: str, after: int) -> list[dict[str, Any]]:
     return infos
 
 
+def _camel(name: str) -> str:
+    """Spark's name of a delta-rs operation metric (``num_added_rows`` -> ``numOutputRows``)."""
+    first, *rest = name.split("_")
+    camel = first + "".join(part.capitalize() for part in rest)
+    return {"numAddedRows": "numOutputRows"}.get(camel, camel)
+
+
 def check_tables(paths: list[str], after: dict[str, int], phase: str,
                  expect: dict[str, int]) -> dict[str, int]:  # fmt: skip
     """Check the metrics each table's new commits add up to; return each table's version."""
@@ -137,6 +226,7 @@ def check_tables(paths: list[str], after: dict[str, int], phase: str,
         found: dict[str, int] = {}
         for info in infos:
             for name, value in info.get("operationMetrics", {}).items():
+                name = _camel(name)  # delta-rs names them num_target_rows_updated, ...
                 found[name] = found.get(name, 0) + int(value)
         for name, value in expect.items():
             if found.get(name, 0) != value:
@@ -219,7 +309,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {"spark_start_s": round(time.perf_counter() - started, 2)}
         settings = LakehouseSettings(**{
             "LAKEHOUSE_PATH": f"{work}/lake", "LAKEHOUSE_CHECKPOINT_PATH": f"{work}/checkpoint",
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LAKEHOUSE_TOPICS_REGEX": f"{prefix}.*",
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LAKEHOUSE_TOPICS_REGEX": f"{prefix}.*|_commits",
             # where the producer's catalog is (the writer's default may still name the old one)
             "LAKEHOUSE_SCHEMAS_TOPIC": SCHEMAS_TOPIC,
         })  # fmt: skip
@@ -253,16 +343,21 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
                     {"numTargetRowsUpdated": UPDATES, "numTargetRowsDeleted": DELETES},
                 )
                 log.info("delta drain: %d tables in %.1f s", args.tables, secs)
+                if args.latency_seconds:
+                    result |= phase_latency(spark, producer, targets, settings,
+                                            args.latency_seconds)  # fmt: skip
+                    result["steps_latency"] = steps.take()
         finally:
             logging.getLogger("lakehouse_writer").removeHandler(steps)
             delete_topics(bootstrap, topics)
             spark.stop()
             con.close()
+    result.setdefault("latency_p50_s", None)  # --latency-seconds 0: not measured
+    result.setdefault("latency_p99_s", None)
     result |= {"tables": args.tables, "rows_per_table": args.rows,
                "partitions": args.partitions,
                "s_per_table_initial": round(result["initial_drain_s"] / args.tables, 3),
                "s_per_table_delta": round(result["delta_drain_s"] / args.tables, 3),
-               "latency_p50_s": None, "latency_p99_s": None,  # not measured yet
                "load_avg_1m_before": round(load_before, 2),
                "load_avg_1m_after": round(os.getloadavg()[0], 2)}  # fmt: skip
     return {key: result[key] for key in HEADLINE} | result
@@ -283,6 +378,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tables", type=int, default=100, help="tables (one topic each)")
     parser.add_argument("--rows", type=int, default=2_000, help="rows per table in (a)")
     parser.add_argument("--partitions", type=int, default=1, help="partitions per topic")
+    parser.add_argument("--latency-seconds", type=float, default=60,
+                        help="seconds of the steady stream in (c); 0: skip it")  # fmt: skip
     parser.add_argument("--event-log", default=None, help="keep Spark's event log in this dir")
     parser.add_argument(
         "--verbose",

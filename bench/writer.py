@@ -153,11 +153,16 @@ def delta_commits(table: str, after: int = -1) -> list[dict[str, Any]]:
 
 
 def rows_written(infos: list[dict[str, Any]]) -> int:
-    """Rows inserted (MERGE) or appended (WRITE) by these commits."""
+    """Rows inserted (MERGE) or appended (WRITE) by these commits (Spark's or delta-rs's)."""
     metrics = [(i.get("operation"), i.get("operationMetrics", {})) for i in infos]
-    return sum(int(m.get("numTargetRowsInserted", 0)) if op == "MERGE"
-               else int(m.get("numOutputRows", 0)) if op == "WRITE" else 0
-               for op, m in metrics)  # fmt: skip
+    return sum(
+        int(m.get("numTargetRowsInserted", m.get("num_target_rows_inserted", 0)))
+        if op == "MERGE"
+        else int(m.get("numOutputRows", m.get("num_added_rows", 0)))
+        if op == "WRITE"
+        else 0
+        for op, m in metrics
+    )
 
 
 def writer_settings(bootstrap: str, root: str, topic: str) -> LakehouseSettings:
