@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
@@ -47,6 +47,7 @@ from lakehouse_writer.merge import (
     SPARK,
     Dialect,
     MergeClauses,
+    key_range_condition,
     merge_clauses,
 )
 from lakehouse_writer.system_tables import rejected_rows
@@ -597,7 +598,13 @@ def _merge(
     spark = latest.sparkSession
     source = conform(latest, table, extra=(ACTION, BASE_TIME))
     if small is not None:
-        if small.merge(source, table, _clauses(table, DATAFUSION), app_id, version) is not None:
+        clauses = _clauses(table, DATAFUSION)
+        if key_range is not None:
+            within = key_range_condition(table.keys[0], *key_range, DATAFUSION)
+            clauses = (
+                clauses if within is None else replace(clauses, on=f"{clauses.on} AND {within}")
+            )
+        if small.merge(source, table, clauses, app_id, version) is not None:
             return
     clauses = _clauses(table, SPARK)
     on = F.expr(clauses.on)

@@ -87,3 +87,25 @@ def merge_clauses(
         every=every,
         technical={q(c): f"s.{q(c)}" for c in columns if c in fixed},
     )
+
+
+def key_range_condition(column: str, low: object, high: object, dialect: Dialect) -> str | None:
+    """``t.column BETWEEN low AND high`` as SQL, or None for values without a plain literal.
+
+    A target-only condition: the engine skips the data files whose statistics lie outside
+    the range. Integers and text only (their literals read the same in both dialects).
+    """
+    literals = [_literal(v) for v in (low, high)]
+    if None in literals:
+        return None
+    return f"t.{dialect.quote(column)} BETWEEN {literals[0]} AND {literals[1]}"
+
+
+def _literal(value: object) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return None
