@@ -3,7 +3,9 @@
 One tree: :class:`LakehouseWriterError` → :class:`DecodeError` (bytes that are no change row),
 :class:`ApplyError` (a row that cannot be applied to its table), :class:`SchemaEvolutionError`
 (a schema change the Delta table cannot take), :class:`TopicPatternError` (a topics regex Java
-refuses), :class:`KafkaUnreachable` (no cluster within the connect timeout) and
+refuses), :class:`KafkaUnreachable` (no cluster within the connect timeout),
+:class:`KafkaRefused` (the cluster refused the writer: authentication, TLS, protocol; not
+transient) and
 :class:`WriterFailed` (a run ended by an error; its message is the root cause). An error
 keeps its context (``table=``, ``topic=``, ``partition=``, ``offset=`` ...) as attributes
 and renders it into its message.
@@ -16,6 +18,7 @@ from producer_lib.errors import ContextError, Transient
 __all__ = [
     "ApplyError",
     "DecodeError",
+    "KafkaRefused",
     "KafkaUnreachable",
     "LakehouseWriterError",
     "SchemaEvolutionError",
@@ -52,6 +55,13 @@ class TopicPatternError(LakehouseWriterError):
 
 class KafkaUnreachable(Transient, LakehouseWriterError):
     """The Kafka cluster did not answer within the connect timeout; a later start may work."""
+
+
+class KafkaRefused(LakehouseWriterError):
+    """The Kafka cluster answered but refused the writer: authentication, TLS or protocol.
+
+    Not transient: a start with the same settings fails the same way.
+    """
 
 
 class WriterFailed(LakehouseWriterError):

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from lakehouse_writer.errors import KafkaUnreachable, LakehouseWriterError
+from lakehouse_writer.errors import KafkaRefused, KafkaUnreachable, LakehouseWriterError
 from producer_lib.kafka.transactions import ClientErrors, StartupCause, classify_startup_errors
 
 __all__ = [
@@ -56,13 +56,6 @@ def connect_timeout(seconds: float | None = None) -> float:
             f"fix {CONNECT_TIMEOUT_ENV} (or --connect-timeout)"
         )
     return value
-
-
-class KafkaRefused(LakehouseWriterError):
-    """The Kafka cluster answered but refused the writer: authentication, TLS or protocol.
-
-    Not transient: a start with the same settings fails the same way.
-    """
 
 
 _SLICE_S = 1.0  # longest single metadata request: a refused login shows within ~1 s
