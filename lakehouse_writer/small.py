@@ -1,11 +1,11 @@
 """Small changes merged by delta-rs, in the driver, instead of by a Spark MERGE.
 
-A Delta MERGE through Spark runs about 19 jobs whatever its size: 2-3 s for a dozen rows into
-a 2,000-row table on two cores, most of it fixed cost (planning, the target's snapshot state,
-materializing the source, deletion vectors, the Change Data Feed). A source system's delta
-load touches hundreds of tables with a few rows each, so that fixed cost, not the rows, was
-the writer's time. delta-rs (``deltalake``) merges the same rows in-process in about 30 ms,
-with the same clauses (:mod:`lakehouse_writer.merge`), into the same table: it honours the
+A Delta MERGE through Spark runs about 19 jobs whatever its size: a fixed cost (planning, the
+target's snapshot state, materializing the source, deletion vectors, the Change Data Feed). A
+source system's delta load touches hundreds of tables with a few rows each, so that fixed
+cost, not the rows, was the writer's time. delta-rs (``deltalake``) merges the same rows
+in-process, orders of magnitude faster (figures: ``docs/PERFORMANCE.md``), with the same
+clauses (:mod:`lakehouse_writer.merge`), into the same table: it honours the
 table's deletion vectors and column mapping, writes its Change Data Feed, and commits the
 ``SetTransaction`` of the write's (app id, version) that makes a replay a no-op for either
 engine. The rows reach it in one Spark job (``toArrow`` of the last row per key).
@@ -66,7 +66,7 @@ class SmallChanges:
 
     def takes(self, table: TableInfo, rows: int) -> bool:
         """True when the MERGE of ``rows`` batch rows into ``table`` is done here."""
-        if rows > self.max_rows or not _local(table.path):
+        if not self.max_rows or rows > self.max_rows or not _local(table.path):
             return False
         with self._lock:
             return table.path not in self._refused
