@@ -17,13 +17,8 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 
 from producer_lib.errors import ProduceError
-from producer_lib.kafka.transactions import TransactionFailed
 
 __all__ = ["CommitHook", "PartitionStats", "PendingCommit", "TransactionLedger"]
-
-# Delivery reports of messages librdkafka dropped unsent because the transaction failed
-# (or the producer was purged): they say nothing of the transaction's own error.
-_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
 
 @dataclass
@@ -44,7 +39,6 @@ class TransactionLedger:
         tables: Rows per ``(topic, table)``.
         partitions: Stats per ``(topic, partition)``.
         failures: Delivery errors seen so far, as text.
-        failed_topics: The topic and error code of each of ``failures``.
         system_records: Records of system topics (``_execution_log``, ``_lineage``...).
         truncated: Text values cut to their declared length (an opt-in), per table and
             column; filled just before the commit.
@@ -55,7 +49,6 @@ class TransactionLedger:
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
-    failed_topics: list[tuple[str, int]] = field(default_factory=list)
     truncated: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def count(self, topic: str, table: str, rows_per_partition: dict[int, int]) -> None:
@@ -69,7 +62,6 @@ class TransactionLedger:
         """Delivery report of a marked message: widen its partition's offset range."""
         if err is not None:
             self.failures.append(self._failure_text(err, msg))
-            self.failed_topics.append((msg.topic(), err.code()))
             return
         stats = self.partitions.setdefault((msg.topic(), msg.partition()), PartitionStats())
         offset = msg.offset()
@@ -102,47 +94,6 @@ class TransactionLedger:
             topic, partition = missing[0]
             raise ProduceError("no delivery report for produced rows; the transaction was "
                                "aborted", topic=topic, partition=partition)  # fmt: skip
-
-    def purged_topics(self) -> list[str]:
-        """The topics of purged messages, when purges are all that failed (else empty).
-
-        Topics with no message delivered in this transaction come first: when the
-        transaction failed because a topic was refused, those are the suspects.
-        """
-        if not self.failed_topics or any(c not in _PURGED for _, c in self.failed_topics):
-            return []
-        topics = list(dict.fromkeys(topic for topic, _ in self.failed_topics))
-        delivered = {t for (t, _), s in self.partitions.items() if s.min_offset is not None}
-        return sorted(topics, key=lambda topic: topic in delivered)
-
-    def purge_error(self, failed: TransactionFailed | None) -> ProduceError:
-        """The error of a transaction whose messages were purged, naming its real cause.
-
-        Args:
-            failed: What ``commit_transaction`` raised in that state (the transaction's
-                own error, e.g. ``TOPIC_AUTHORIZATION_FAILED`` from AddPartitionsToTxn);
-                None when it committed (nothing but a purge by the client explains that).
-        """
-        topics = self.purged_topics()
-        where = ", ".join(topics)
-        if failed is None:
-            return ProduceError(
-                f"messages to {where} were purged unsent, yet the transaction committed "
-                "without them (and without its _commits record); run the load again",
-                topic=topics[0],
-            )
-        advice = "run the load again"
-        if failed.code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            likely = " (likely; nothing of it was delivered)" if len(topics) > 1 else ""
-            advice = (
-                f"the user's ACLs must allow WRITE on the topic {topics[0]!r}{likely}: "
-                "grant it, or write to a topic of the flow's own"
-            )
-        return ProduceError(
-            f"the transaction failed before its messages to {where} were sent: "
-            f"{failed.reason}; the transaction was aborted; {advice}",
-            topic=topics[0],
-        )
 
     @property
     def rows(self) -> int:

@@ -311,8 +311,6 @@ class TransactionalProducer:
             if remaining:
                 raise ProduceError(f"{remaining} message(s) not delivered in time",
                                    producer=self.transactional_id)  # fmt: skip
-            if ledger.purged_topics():  # the transaction failed: only its commit says why
-                raise ledger.purge_error(self._failed_commit(kafka))
             ledger.check()
             ledger.truncated = self._take_truncations()
             pending = PendingCommit(commit_id, ledger)
@@ -336,20 +334,6 @@ class TransactionalProducer:
                        ledger.rows)  # fmt: skip
         pending.committed()
         return commit_id
-
-    def _failed_commit(self, kafka: Producer) -> TransactionFailed | None:
-        """What ``commit_transaction`` raises for a failed transaction (None if it commits).
-
-        librdkafka keeps a failed transaction's error (e.g. AddPartitionsToTxn refused a
-        topic) and purges its queued messages, whose delivery reports then say only
-        ``_PURGE_QUEUE``; a commit in that state cannot succeed and raises that error.
-        """
-        timeout = self._settings.transaction_timeout_ms / 1000
-        try:
-            self._run_txn("commit_transaction", lambda: kafka.commit_transaction(timeout))
-        except TransactionFailed as exc:
-            return exc
-        return None
 
     @property
     def has_open_transaction(self) -> bool:

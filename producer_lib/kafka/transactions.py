@@ -55,7 +55,6 @@ class TransactionFailed(ProduceError):
 
     kind: ErrorKind
     code: int | None = None
-    reason: str = ""  # the client's or broker's own words (KafkaError.str())
 
     @property
     def fenced(self) -> bool:
@@ -137,7 +136,6 @@ def _failed(
     )
     failed.kind = kind
     failed.code = error.code() if error is not None else None
-    failed.reason = error.str() if error is not None else str(exc)
     return failed
 
 
