@@ -116,13 +116,7 @@ class TransactionalProducer:
         conf = producer_config(self._settings, self.transactional_id)
         self._max_message_bytes = int(conf.get("message.max.bytes", MESSAGE_MAX_BYTES))
         timeout = self._settings.connect_timeout_s
-        environment, zone = self._environment_zone
-        kafka = start_transactional(
-            conf,
-            timeout,
-            bootstrap=self._settings.bootstrap_servers,
-            id_prefix=f"{environment}.{zone}.{self.function_name}.",
-        )
+        kafka = start_transactional(conf, timeout, bootstrap=self._settings.bootstrap_servers)
         self._kafka, self._admin, self._state = kafka, AdminClient(conf), "open"
         ensure_topic(self._admin, COMMITS_TOPIC, 1, timeout_s=timeout,
                      replication_factor=self._settings.topic_replication_factor)  # fmt: skip

@@ -18,7 +18,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any, Literal, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -116,27 +115,15 @@ def call_transactional(
                 )  # fmt: skip
                 time.sleep(RETRY_BACKOFF_S * attempt)
                 continue
-            raise _failed(operation, error, exc, kind, **context) from exc
+            failed = TransactionFailed(
+                f"{operation} failed ({kind}): {error or exc}; {_next_step(kind)}",
+                operation=operation,
+                **context,
+            )
+            failed.kind = kind
+            failed.code = error.code() if error is not None else None
+            raise failed from exc
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _failed(
-    operation: str,
-    error: KafkaError | None,
-    exc: BaseException,
-    kind: ErrorKind | None = None,
-    **context: Any,
-) -> TransactionFailed:
-    """The TransactionFailed of ``operation``'s ``error`` (its kind unless ``kind`` is given)."""
-    kind = kind or (classify(error) if error is not None else "fatal")
-    failed = TransactionFailed(
-        f"{operation} failed ({kind}): {error or exc}; {_next_step(kind)}",
-        operation=operation,
-        **context,
-    )
-    failed.kind = kind
-    failed.code = error.code() if error is not None else None
-    return failed
 
 
 def _calling(call: Callable[[], T]) -> T:
@@ -235,41 +222,25 @@ class ConnectionRefused(ProduceError):
     """
 
 
-def start_transactional(
-    conf: dict[str, Any], timeout_s: float, *, bootstrap: str, id_prefix: str | None = None
-) -> Producer:
+def start_transactional(conf: dict[str, Any], timeout_s: float, *, bootstrap: str) -> Producer:
     """A producer with ``conf`` whose ``init_transactions`` succeeded (fencing older ones).
 
-    ``init_transactions`` is called in slices of at most a second until ``timeout_s``, so a
-    refused login or certificate (reported by librdkafka meanwhile) ends the wait at once
-    instead of after the whole connect timeout.
-
-    Args:
-        conf: librdkafka settings, ``transactional.id`` included.
-        timeout_s: How long to wait for the cluster (the connect timeout).
-        bootstrap: The bootstrap servers, for messages.
-        id_prefix: The transactional-id prefix the flow's ACLs must allow (advice in the
-            error when the id is refused); the transactional id itself when not given.
-
     Raises:
-        ConnectionRefused: Authentication failed, TLS failed, the security protocol does
-            not match the listener, or the ACLs refuse the transactional id.
+        ConnectionRefused: Authentication failed, TLS failed, or the security protocol does
+            not match the listener (from librdkafka's errors meanwhile).
         KafkaUnavailable: The cluster did not answer within ``timeout_s`` or refused.
     """
     errors = ClientErrors()
     kafka = Producer({"error_cb": errors, **conf})
     transactional_id = conf["transactional.id"]
     try:
-        _init_transactions(kafka, errors, timeout_s, transactional_id)
+        call_transactional("init_transactions", lambda: kafka.init_transactions(timeout_s),
+                           attempts=1, producer=transactional_id)  # fmt: skip
     except TransactionFailed as exc:
-        # serve the error callbacks queued meanwhile; a fatal error is raised by poll
-        error = _serve_callbacks(kafka) or _kafka_error(exc.__cause__)
+        kafka.poll(0)  # serve the error callbacks queued meanwhile
         kafka.purge()
-        if error is not None and error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            prefix = id_prefix or transactional_id
-            raise _id_refused(error.str(), prefix, conf, transactional_id) from exc
         cause = classify_startup_errors(errors.errors)
-        if cause in _REFUSED_CAUSES:
+        if cause in ("authentication", "tls", "security_protocol"):
             raise _refused(cause, errors.last(cause), conf, transactional_id) from exc
         raise KafkaUnavailable(
             f"cannot start a transactional producer within {timeout_s:g} s: {exc.message}; "
@@ -278,53 +249,6 @@ def start_transactional(
             producer=transactional_id,
         ) from exc
     return kafka
-
-
-_INIT_SLICE_S = 1.0  # longest single init_transactions call: a refused login shows in ~1 s
-_REFUSED_CAUSES: frozenset[StartupCause] = frozenset({"authentication", "tls", "security_protocol"})
-
-
-def _init_transactions(
-    kafka: Producer, errors: ClientErrors, timeout_s: float, transactional_id: str
-) -> None:
-    """``init_transactions`` in slices until ``timeout_s``; stop early on a refused start.
-
-    Calling it again after a timed-out call resumes the same initialisation (librdkafka
-    keeps its state), so slicing costs no round trip.
-
-    Raises:
-        TransactionFailed: Not retriable, out of time, or librdkafka reported meanwhile
-            that the cluster refuses the client (authentication, TLS, security protocol).
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        slice_s = min(_INIT_SLICE_S, max(deadline - time.monotonic(), 0.001))
-        init = partial(kafka.init_transactions, slice_s)
-        try:
-            call_transactional("init_transactions", init, attempts=1, producer=transactional_id)
-            return
-        except TransactionFailed as exc:
-            if exc.kind != "retriable" or time.monotonic() >= deadline:
-                raise
-            fatal = _serve_callbacks(kafka)
-            if fatal is not None:
-                failed = _failed("init_transactions", fatal, exc, producer=transactional_id)
-                raise failed from KafkaException(fatal)
-            if classify_startup_errors(errors.errors) in _REFUSED_CAUSES:
-                raise
-
-
-def _serve_callbacks(kafka: Producer) -> KafkaError | None:
-    """Serve the queued callbacks (``error_cb``); return the fatal error ``poll`` raises.
-
-    Once the producer met a fatal error (e.g. its transactional id is refused), ``poll``
-    raises it instead of returning.
-    """
-    try:
-        _calling(lambda: kafka.poll(0))
-    except KafkaException as exc:
-        return _kafka_error(exc)
-    return None
 
 
 _ADVICE: dict[StartupCause, str] = {
@@ -343,7 +267,9 @@ def _refused(
     cause: StartupCause, text: str, conf: dict[str, Any], transactional_id: str
 ) -> ConnectionRefused:
     """The error of a refused start, naming servers, protocol, mechanism and user only."""
-    text = _without_secrets(text, conf)
+    secrets = [str(conf[key]) for key in _SECRET_KEYS if conf.get(key)]
+    if any(secret in text for secret in secrets):  # librdkafka does not print them; be sure
+        text = "detail withheld: it contains a secret"  # a mask would show where it matched
     return ConnectionRefused(
         f"{_ADVICE[cause]} ({text or 'no detail from the client'})",
         bootstrap_servers=conf.get("bootstrap.servers"),
@@ -352,27 +278,3 @@ def _refused(
         sasl_username=conf.get("sasl.username") or conf.get("sasl.oauthbearer.client.id"),
         producer=transactional_id,
     )
-
-
-def _id_refused(
-    detail: str, prefix: str, conf: dict[str, Any], transactional_id: str
-) -> ConnectionRefused:
-    """The error of a transactional id the cluster's ACLs do not allow this user."""
-    user = conf.get("sasl.username") or conf.get("sasl.oauthbearer.client.id")
-    return ConnectionRefused(
-        f"the cluster refused the transactional id {transactional_id!r} "
-        f"({_without_secrets(detail, conf)}): the user's ACLs must allow WRITE on "
-        f"TRANSACTIONAL_ID prefix {prefix!r}; ask the cluster's admin to grant it, or check "
-        "KAFKA_SASL_USERNAME and the flow's function name, zone and environment",
-        bootstrap_servers=conf.get("bootstrap.servers"),
-        sasl_username=user,
-        producer=transactional_id,
-    )
-
-
-def _without_secrets(text: str, conf: dict[str, Any]) -> str:
-    """``text``, or a notice instead when it contains one of ``conf``'s secrets."""
-    secrets = [str(conf[key]) for key in _SECRET_KEYS if conf.get(key)]
-    if any(secret in text for secret in secrets):  # librdkafka does not print them; be sure
-        return "detail withheld: it contains a secret"  # a mask would show where it matched
-    return text
