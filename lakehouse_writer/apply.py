@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
@@ -47,7 +47,6 @@ from lakehouse_writer.merge import (
     SPARK,
     Dialect,
     MergeClauses,
-    key_range_condition,
     merge_clauses,
 )
 from lakehouse_writer.system_tables import rejected_rows
@@ -598,13 +597,8 @@ def _merge(
     spark = latest.sparkSession
     source = conform(latest, table, extra=(ACTION, BASE_TIME))
     if small is not None:
-        clauses = _clauses(table, DATAFUSION)
-        if key_range is not None:
-            within = key_range_condition(table.keys[0], *key_range, DATAFUSION)
-            clauses = (
-                clauses if within is None else replace(clauses, on=f"{clauses.on} AND {within}")
-            )
-        if small.merge(source, table, clauses, app_id, version) is not None:
+        rules = _clauses(table, DATAFUSION, key_range)
+        if small.merge(source, table, rules, app_id, version):
             return
     clauses = _clauses(table, SPARK)
     on = F.expr(clauses.on)
@@ -624,8 +618,10 @@ def _merge(
         )  # fmt: skip
 
 
-def _clauses(table: TableInfo, dialect: Dialect) -> MergeClauses:
-    return merge_clauses(list(table.columns), table.keys, _TECHNICAL, dialect)
+def _clauses(
+    table: TableInfo, dialect: Dialect, key_range: tuple[object, object] | None = None
+) -> MergeClauses:
+    return merge_clauses(list(table.columns), table.keys, _TECHNICAL, dialect, key_range)
 
 
 def _payload(table: TableInfo) -> list[str]:

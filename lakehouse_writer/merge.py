@@ -38,8 +38,9 @@ class Dialect:
 
 
 SPARK = Dialect(lambda name: "`" + name.replace("`", "``") + "`", "({a} <=> {b})")
-DATAFUSION = Dialect(lambda name: '"' + name.replace('"', '""') + '"',
-                     "({a} IS NOT DISTINCT FROM {b})")  # fmt: skip
+DATAFUSION = Dialect(
+    lambda name: '"' + name.replace('"', '""') + '"', "({a} IS NOT DISTINCT FROM {b})"
+)
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,23 @@ class MergeClauses:
 
 
 def merge_clauses(
-    columns: Sequence[str], keys: Sequence[str], technical: Iterable[str], dialect: Dialect
+    columns: Sequence[str],
+    keys: Sequence[str],
+    technical: Iterable[str],
+    dialect: Dialect,
+    key_range: tuple[object, object] | None = None,
 ) -> MergeClauses:
-    """The clauses of the MERGE into a table of ``columns`` keyed by ``keys``."""
+    """The clauses of the MERGE into a table of ``columns`` keyed by ``keys``.
+
+    ``key_range`` (lowest and highest value of the first key column in the source) joins
+    the match condition when :func:`key_range_condition` can write it.
+    """
     q = dialect.quote
-    on = " AND ".join(
-        dialect.null_safe_equal.format(a=f"t.{q(k)}", b=f"s.{q(k)}") for k in keys
-    )  # fmt: skip
+    matches = [dialect.null_safe_equal.format(a=f"t.{q(k)}", b=f"s.{q(k)}") for k in keys]
+    if key_range is not None:
+        within = key_range_condition(keys[0], *key_range, dialect)
+        matches += [within] if within is not None else []
+    on = " AND ".join(matches)
     action, time = f"s.{q(ACTION)}", q("__change_time")
     newer = f"s.{time} >= t.{time}"
     base_newer = f"s.{q(BASE_TIME)} >= t.{time}"

@@ -32,7 +32,10 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable
     from pyspark.sql import DataFrame
 
     from lakehouse_writer.merge import MergeClauses
@@ -43,11 +46,19 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ROWS = 10_000
 # Writer features delta-rs 1.6 honours when it writes (checked: deletion vectors of earlier
 # Spark MERGEs are applied, column-mapped names resolved, CDF files written).
-WRITABLE_FEATURES = frozenset({
-    "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
-    "columnMapping", "deletionVectors", "timestampNtz",
-})  # fmt: skip
-MAX_FAILURES = 3  # MERGEs of a table delta-rs may refuse before Spark takes them all
+WRITABLE_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+    }
+)
+MAX_FAILURES = 3  # writes of a table delta-rs may fail before Spark takes them all
 _LEGACY_WRITER_VERSION = 5  # protocols up to (2, 5) name no features; 5 is column mapping
 
 
@@ -61,7 +72,8 @@ class SmallChanges:
     def __init__(self, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         self.max_rows = max_rows
         self._refused: set[str] = set()  # paths delta-rs cannot write
-        self._failures: dict[str, int] = {}  # path -> MERGEs delta-rs refused
+        self._failures: dict[str, int] = {}  # path -> writes delta-rs failed
+        self._tables: dict[str, DeltaTable] = {}  # path -> its table, updated on each use
         self._lock = threading.Lock()
 
     def takes(self, table: TableInfo, rows: int) -> bool:
@@ -72,47 +84,30 @@ class SmallChanges:
             return table.path not in self._refused
 
     def merge(
-        self, source: DataFrame, table: TableInfo, clauses: MergeClauses, app_id: str,
-        version: int,
-    ) -> int | None:  # fmt: skip
+        self, source: DataFrame, table: TableInfo, clauses: MergeClauses, app_id: str, version: int
+    ) -> bool:
         """MERGE ``source`` into ``table`` once as (``app_id``, ``version``).
 
         Returns:
-            The table's version afterwards, or None when delta-rs cannot write the table
-            (nothing was committed; Spark is to do it).
+            True when the table holds the MERGE (done now, or by an earlier run of the same
+            batch); False when delta-rs did not do it (Spark is to).
         """
-        from deltalake import CommitProperties, DeltaTable, Transaction
-        from deltalake.exceptions import DeltaError
 
-        target = DeltaTable(_local_path(table.path))
-        if not self._writable(target, table.path):
-            return None
-        done = target.transaction_version(app_id)
-        if done is not None and done >= version:
-            log.info("merge skipped table=%s app_id=%s version=%d: already committed (replay)",
-                     table.ref.qualified, app_id, version)  # fmt: skip
-            return int(target.version())
-        started = time.monotonic()
-        rows = source.toArrow()
-        collected = time.monotonic()
-        commit = CommitProperties(app_transactions=[Transaction(app_id, version)])
-        try:
+        def write(target: DeltaTable, commit: CommitProperties) -> int:
+            rows = source.toArrow()
             (
-                target.merge(rows, clauses.on, source_alias="s", target_alias="t",
-                             commit_properties=commit)
+                target.merge(
+                    rows, clauses.on, source_alias="s", target_alias="t", commit_properties=commit
+                )
                 .when_matched_delete(clauses.delete)
                 .when_matched_update(clauses.every, clauses.replace)
                 .when_matched_update(clauses.technical, clauses.archive)
                 .when_not_matched_insert(clauses.every, clauses.insert)
                 .execute()
-            )  # fmt: skip
-        except DeltaError as exc:
-            # Spark does it (see the module docstring)
-            self._failed(table, _first_line(exc))
-            return None
-        log.info("small merge table=%s rows=%d collect_s=%.3f merge_s=%.3f", table.ref.qualified,
-                 rows.num_rows, collected - started, time.monotonic() - collected)  # fmt: skip
-        return int(target.version())
+            )
+            return rows.num_rows
+
+        return self._write(table, app_id, version, "merge", write)
 
     def append(self, rows: DataFrame, table: TableInfo, app_id: str, version: int) -> bool:
         """Append ``rows`` (the table's columns) once as (``app_id``, ``version``).
@@ -122,38 +117,88 @@ class SmallChanges:
 
         Returns:
             True when the rows are in the table (appended now, or by an earlier run of the
-            same batch); False when nothing was written (a key repeats, or delta-rs cannot
-            write the table).
+            same batch); False when nothing was written (a key repeats, or delta-rs did not
+            write them).
         """
-        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+        from deltalake import write_deltalake
+
+        def write(target: DeltaTable, commit: CommitProperties) -> int | None:
+            data = rows.toArrow()
+            if _repeats(data, table.keys):
+                return None
+            write_deltalake(target, data, mode="append", commit_properties=commit)
+            return data.num_rows
+
+        return self._write(table, app_id, version, "append", write)
+
+    def _write(
+        self,
+        table: TableInfo,
+        app_id: str,
+        version: int,
+        what: str,
+        write: Callable[[DeltaTable, CommitProperties], int | None],
+    ) -> bool:
+        """``write`` the table once as (``app_id``, ``version``); see :meth:`merge`.
+
+        ``write`` returns the rows it wrote, or None when it wrote nothing.
+        """
+        from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import DeltaError
 
-        target = DeltaTable(_local_path(table.path))
-        if not self._writable(target, table.path):
+        target = self._table(table)
+        if target is None:
             return False
         done = target.transaction_version(app_id)
         if done is not None and done >= version:
-            log.info("append skipped table=%s app_id=%s version=%d: already committed (replay)",
-                     table.ref.qualified, app_id, version)  # fmt: skip
+            log.info(
+                "small %s skipped table=%s app_id=%s version=%d: already committed (replay)",
+                what,
+                table.ref.qualified,
+                app_id,
+                version,
+            )
             return True
         started = time.monotonic()
-        data = rows.toArrow()
-        collected = time.monotonic()
-        if _repeats(data, table.keys):
-            return False
         commit = CommitProperties(app_transactions=[Transaction(app_id, version)])
         try:
-            write_deltalake(target, data, mode="append", commit_properties=commit)
-        except DeltaError as exc:
-            self._failed(table, _first_line(exc))
+            rows = write(target, commit)
+        except DeltaError as exc:  # Spark does it (see the module docstring)
+            self._failed(table, what, _first_line(exc))
             return False
-        log.info("small append table=%s rows=%d collect_s=%.3f write_s=%.3f",
-                 table.ref.qualified, data.num_rows, collected - started,
-                 time.monotonic() - collected)  # fmt: skip
+        if rows is None:
+            return False
+        log.info(
+            "small %s table=%s rows=%d seconds=%.3f",
+            what,
+            table.ref.qualified,
+            rows,
+            time.monotonic() - started,
+        )
         return True
 
-    def _writable(self, target: object, path: str) -> bool:
-        protocol = target.protocol()  # type: ignore[attr-defined]
+    def _table(self, table: TableInfo) -> DeltaTable | None:
+        """The table's delta-rs handle, brought up to its latest version; None: not writable.
+
+        The handle is kept between batches and updated from the commits since (whichever
+        engine made them), not loaded again from the whole log.
+        """
+        from deltalake import DeltaTable
+
+        with self._lock:
+            target = self._tables.get(table.path)
+        if target is None:
+            target = DeltaTable(_local_path(table.path))
+        else:
+            target.update_incremental()
+        if not self._writable(target, table.path):
+            return None
+        with self._lock:
+            self._tables[table.path] = target
+        return target
+
+    def _writable(self, target: DeltaTable, path: str) -> bool:
+        protocol = target.protocol()
         features = set(protocol.writer_features or ())
         if protocol.min_writer_version > _LEGACY_WRITER_VERSION and not features:
             self._refuse(path, f"writer version {protocol.min_writer_version}")
@@ -164,13 +209,19 @@ class SmallChanges:
             return False
         return True
 
-    def _failed(self, table: TableInfo, error: str) -> None:
+    def _failed(self, table: TableInfo, what: str, error: str) -> None:
         with self._lock:
+            self._tables.pop(table.path, None)  # loaded afresh next time
             failures = self._failures[table.path] = self._failures.get(table.path, 0) + 1
-        log.info("small merge left to Spark table=%s failures=%d error=%s", table.ref.qualified,
-                 failures, error)  # fmt: skip
+        log.info(
+            "small %s left to Spark table=%s failures=%d error=%s",
+            what,
+            table.ref.qualified,
+            failures,
+            error,
+        )
         if failures >= MAX_FAILURES:
-            self._refuse(table.path, f"{failures} of its MERGEs")
+            self._refuse(table.path, f"{failures} of its writes")
 
     def _refuse(self, path: str, reason: str) -> None:
         with self._lock:

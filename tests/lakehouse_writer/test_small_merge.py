@@ -56,10 +56,14 @@ def _seen(spark, path: str) -> tuple[list[tuple], list[tuple]]:
 
     rows = spark.read.format("delta").load(path).select(*COLUMNS).collect()
     changes = (
-        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
-        .load(path).select(*COLUMNS, "_change_type", "_commit_version")
-        .withColumn("AMOUNT", F.col("AMOUNT").cast("string")).collect()
-    )  # fmt: skip
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(path)
+        .select(*COLUMNS, "_change_type", "_commit_version")
+        .withColumn("AMOUNT", F.col("AMOUNT").cast("string"))
+        .collect()
+    )
     return sorted(map(tuple, rows)), sorted(tuple(r[:-1]) for r in changes)
 
 
@@ -108,8 +112,9 @@ def test_tables_delta_rs_cannot_write_and_large_batches_go_to_spark(spark, twins
     apply, _, table = twins
     apply(FIRST, 0, small=SmallChanges(max_rows=3))  # 8 rows: more than it takes
     assert not any(e.startswith("delta-rs") for e in _engines(table.path))
-    spark.sql(f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES "
-              "('delta.enableTypeWidening' = 'true')")  # fmt: skip
+    spark.sql(
+        f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
     small = SmallChanges()
     apply(CHANGES, 1, small=small)
     assert not any(e.startswith("delta-rs") for e in _engines(table.path))
@@ -126,9 +131,11 @@ def test_a_reload_after_small_merges_deletes_what_they_wrote(spark, twins, repea
     apply, _, table = twins
     small = SmallChanges()
     apply(FIRST, 0, small=small)
-    reload = [{"ID": 0, "__change_type": "T", "t": 5},
-              {"ID": 100, "NAME": "old", "__change_type": "R", "t": 5},
-              {"ID": 100, "NAME": "new", "__change_type": "R", "t": 5}]  # fmt: skip
+    reload = [
+        {"ID": 0, "__change_type": "T", "t": 5},
+        {"ID": 100, "NAME": "old", "__change_type": "R", "t": 5},
+        {"ID": 100, "NAME": "new", "__change_type": "R", "t": 5},
+    ]
     result = apply(reload if repeat else reload[:1] + reload[2:], 1, small=small)
     rows, _ = _seen(spark, table.path)
     assert [(r[0], r[1]) for r in rows] == [(100, "new")]
