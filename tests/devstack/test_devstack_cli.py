@@ -9,20 +9,9 @@ import pytest
 
 from devstack import broker
 from devstack.cli import EXIT_NOT_RUNNING, main
+from tests.support.ports import free_port_pair
 
 pytestmark = pytest.mark.kafka
-
-
-def _free_port_pair() -> int:
-    for port in range(29092, 29192, 2):
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port pair for a second test broker")
 
 
 @pytest.fixture
@@ -32,7 +21,7 @@ def own_stack(tmp_path, monkeypatch):
 
     jars = paths.home() / "jars"
     monkeypatch.setenv("DEVSTACK_HOME", str(tmp_path))
-    monkeypatch.setenv("DEVSTACK_KAFKA_PORT", str(_free_port_pair()))
+    monkeypatch.setenv("DEVSTACK_KAFKA_PORT", str(free_port_pair()))
     (tmp_path / "jars").symlink_to(jars)
     yield broker.BrokerLayout.default()
     broker.down()

@@ -9,40 +9,20 @@ from __future__ import annotations
 
 import gc
 import logging
-import socket
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devstack import secure
 from devstack.secure import FlowGrant, SecureLayout
 from producer_lib.settings import KafkaSettings
-
-
-def free_port_pair() -> int:
-    """A port P such that P and P+1 are free on 127.0.0.1 (client and controller listeners)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port < 65000 and _free(port + 1):
-            return port
-    raise RuntimeError("no two free neighbouring ports on 127.0.0.1")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+from tests.support.consume import read_topic
+from tests.support.ports import free_port_pair
 
 
 @pytest.fixture(scope="session")
@@ -137,66 +117,8 @@ def read_all(
     conf: dict[str, str], topic: str, timeout_s: float = 30.0, isolation: str = "read_committed"
 ) -> list[Message]:
     """Every message of ``topic`` a reader with ``conf`` sees (``read_committed``), to the end."""
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "log_level": 3,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        if meta.error is not None:
-            raise RuntimeError(f"{topic}: {meta.error}")
-        ends = _high_watermarks(conf, topic, list(meta.partitions))
-        pending = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
-        return _drain(consumer, topic, ends, pending, time.monotonic() + timeout_s)
-    finally:
-        consumer.close()
-
-
-def _high_watermarks(conf: dict[str, str], topic: str, partitions: list[int]) -> dict[int, int]:
-    """The high watermarks: a ``read_committed`` client would get the last stable offsets,
-    which stay behind until the commit markers land, after ``commit_transaction`` returned."""
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": f"lakehouse-writer-test-{uuid.uuid4().hex}",
-            "isolation.level": "read_uncommitted",
-            "log_level": 3,
-        }
-    )
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
-    finally:
-        consumer.close()
-
-
-def _drain(
-    consumer: Consumer, topic: str, ends: dict[int, int], pending: set[int], deadline: float
-) -> list[Message]:
-    messages: list[Message] = []
-    while pending:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{topic}: partitions {sorted(pending)} never reached their end")
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                raise RuntimeError(f"{topic}: {msg.error()}")
-            if msg.offset() >= ends[msg.partition()]:
-                pending.discard(msg.partition())
-            continue
-        messages.append(msg)
-    return messages
+    group = f"lakehouse-writer-test-{uuid.uuid4().hex}"  # the writer may use only its groups
+    return read_topic({**conf, "group.id": group, "log_level": 3}, topic, isolation, timeout_s)
 
 
 def leaked(secrets: list[str], *texts: str) -> list[str]:

@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient
 from devstack import broker, secure
 from devstack.cli import main
 from producer_lib.settings import KafkaSettings
-from tests.security.conftest import create_topic, free_port_pair
+from tests.security.conftest import create_topic
+from tests.support.ports import free_port_pair
 
 pytestmark = pytest.mark.kafka
 
