@@ -135,21 +135,20 @@ class CommitsSeen:
 
     def __init__(self, lakehouse: str) -> None:
         self._table = Path(lakehouse) / "_commits"
-        self._files: set[str] = set()
+        self._next = 0  # the first log version not read yet
         self.seen: dict[str, float] = {}
 
     def poll(self) -> None:
-        """Record the commit ids of the files added since the last poll."""
+        """Record the commit ids of the files the versions since the last poll added."""
         now = time.monotonic()
-        for log_file in sorted((self._table / "_delta_log").glob("[0-9]*.json")):
+        while (log_file := self._table / "_delta_log" / f"{self._next:020d}.json").exists():
             for line in log_file.read_text().splitlines():
                 add = json.loads(line).get("add")
-                if add is None or add["path"] in self._files:
-                    continue
-                self._files.add(add["path"])
-                ids = pq.read_table(self._table / add["path"], columns=["commit_id"])
-                for commit_id in ids.column(0).to_pylist():
-                    self.seen.setdefault(commit_id, now)
+                if add is not None:
+                    ids = pq.read_table(self._table / add["path"], columns=["commit_id"])
+                    for commit_id in ids.column(0).to_pylist():
+                        self.seen.setdefault(commit_id, now)
+            self._next += 1
 
 
 def phase_latency(spark: Any, producer: KafkaProducer, targets: list[Target],
