@@ -40,9 +40,8 @@ log = logging.getLogger(__name__)
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse-writer", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="apply Kafka change rows to Delta tables")
-    run.add_argument("--lakehouse", help="root of the Delta tables (LAKEHOUSE_PATH)")
-    run.add_argument("--checkpoint", help="checkpoint directory (LAKEHOUSE_CHECKPOINT_PATH)")
+    where, spark = _where_arguments(), _spark_arguments()
+    run = sub.add_parser("run", parents=[where, spark], help="apply Kafka change rows to Delta")
     run.add_argument("--topics", help="Java regex of topics to read (LAKEHOUSE_TOPICS_REGEX)")
     run.add_argument("--once", action="store_true", help="drain what is there, then exit")
     run.add_argument("--trigger-interval", type=float, help="seconds between micro-batches")
@@ -53,12 +52,40 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds Kafka has to answer at start (LAKEHOUSE_CONNECT_TIMEOUT_S, 30)",
     )
-    run.add_argument(
+    status = sub.add_parser(
+        "status",
+        parents=[where, spark],
+        help="print the writer's state; exit 1 when it failed or a table is stopped, "
+        "3 before its first status",
+    )
+    status.add_argument("--json", action="store_true", help="one JSON document")
+    resume = sub.add_parser(
+        "resume-table",
+        parents=[where, spark],
+        help="resume a table stopped by a schema error (with the writer down)",
+    )
+    resume.add_argument("table", metavar="NAMESPACE.NAME", help="the table, e.g. SHOP.ORDERS")
+    resume.add_argument(
+        "--force", action="store_true", help="even though the status file says 'running'"
+    )
+    return parser
+
+
+def _where_arguments() -> argparse.ArgumentParser:
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--lakehouse", help="root of the Delta tables (LAKEHOUSE_PATH)")
+    where.add_argument("--checkpoint", help="checkpoint directory (LAKEHOUSE_CHECKPOINT_PATH)")
+    return where
+
+
+def _spark_arguments() -> argparse.ArgumentParser:
+    spark = argparse.ArgumentParser(add_help=False)
+    spark.add_argument(
         "--master",
         help="Spark master (default: spark-submit's, SPARK_MASTER, spark-defaults.conf, "
         "else local[2])",
     )
-    run.add_argument(
+    spark.add_argument(
         "--conf",
         action="append",
         type=_conf_pair,
@@ -66,13 +93,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a Spark setting (repeatable), e.g. --conf spark.executor.memory=4g",
     )
-    run.add_argument(
+    spark.add_argument(
         "--jars",
         type=_jar_list,
         help="comma-separated connector jars (Kafka, Avro, Delta) for spark.jars; with a "
         "local master they spare the Maven resolution",
     )
-    return parser
+    return spark
 
 
 def _conf_pair(text: str) -> tuple[str, str]:
@@ -92,18 +119,25 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     pairs = {
         "LAKEHOUSE_PATH": args.lakehouse,
         "LAKEHOUSE_CHECKPOINT_PATH": args.checkpoint,
-        "LAKEHOUSE_TOPICS_REGEX": args.topics,
-        "LAKEHOUSE_TRIGGER_INTERVAL_S": args.trigger_interval,
-        "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": args.max_offsets_per_trigger,
-        "KAFKA_BOOTSTRAP_SERVERS": args.bootstrap_servers,
+        "LAKEHOUSE_TOPICS_REGEX": getattr(args, "topics", None),
+        "LAKEHOUSE_TRIGGER_INTERVAL_S": getattr(args, "trigger_interval", None),
+        "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": getattr(args, "max_offsets_per_trigger", None),
+        "KAFKA_BOOTSTRAP_SERVERS": getattr(args, "bootstrap_servers", None),
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the lakehouse writer; returns the process exit code (1: failed, 2: bad settings)."""
+    """Run a ``lakehouse-writer`` command; returns the process exit code.
+
+    ``run``: 1 failed, 2 bad settings. ``status``: 0 healthy, 1 failed or a table stopped,
+    2 bad settings, 3 no status yet. ``resume-table``: 0 resumed, 1 refused, 2 bad settings.
+    """
     from lakehouse_writer.errors import WriterFailed
 
+    args = _parser().parse_args(argv)
+    if args.command != "run":
+        return admin_command(args)
     try:
         run_command(argv)
     except ConfigError as exc:  # names the variable, never a value
@@ -151,6 +185,7 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     from lakehouse_writer.probe import connect_timeout, probe_kafka
     from lakehouse_writer.session import refuse_spark_connect
     from lakehouse_writer.storage import is_local
+    from lakehouse_writer.watch import watching
 
     try:
         refuse_spark_connect(dict(args.conf))  # before anything starts
@@ -161,7 +196,8 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
         probe_kafka(settings.kafka_client_conf(), timeout)
         spark = spark or start_session(args)
         keep_traces_off_stderr(spark)
-        job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
+        with watching(settings):  # LAKEHOUSE_METRICS_PORT, LAKEHOUSE_MONITOR_GROUP
+            job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
     except WriterFailed:
         raise
     except Exception as exc:
@@ -182,3 +218,23 @@ def start_session(args: argparse.Namespace) -> SparkSession:
     log.info("spark session master=%s", spark.sparkContext.master)
     check_connectors(spark)
     return spark
+
+
+def admin_command(args: argparse.Namespace) -> int:
+    """``status`` or ``resume-table`` (:mod:`lakehouse_writer.admin`); returns the exit code."""
+    from lakehouse_writer.admin import resume_command, status_command
+    from lakehouse_writer.errors import LakehouseWriterError
+    from lakehouse_writer.settings import LakehouseSettings
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    try:
+        settings = LakehouseSettings(**_overrides(args))
+        if args.command == "status":
+            return status_command(settings, lambda: start_session(args), as_json=args.json)
+        return resume_command(settings, lambda: start_session(args), args.table, args.force)
+    except ConfigError as exc:
+        print(f"lakehouse-writer: {exc}", file=sys.stderr)
+        return 2
+    except LakehouseWriterError as exc:
+        print(f"lakehouse-writer {args.command}: {exc}", file=sys.stderr)
+        return 1
