@@ -56,6 +56,12 @@ class LakehouseSettings(EnvSettings):
         small_merge_rows: A table's batch of at most this many rows is merged by delta-rs in
             the driver, not by a Spark MERGE (:mod:`lakehouse_writer.small`;
             ``LAKEHOUSE_SMALL_MERGE_ROWS``); 0: never.
+        deletion_vectors: Create new tables with deletion vectors
+            (``LAKEHOUSE_DELETION_VECTORS``, default on): a MERGE or DELETE then marks rows
+            deleted instead of rewriting their files. Off for readers that cannot apply them
+            (``docs/TABLES.md``). Tables that exist keep the features they have: turning it
+            off does not take deletion vectors out of a table created with them (``ALTER
+            TABLE ... DROP FEATURE deletionVectors`` does).
         schemas_topic: The schema catalog topic (``_flow_schemas``; ``LAKEHOUSE_SCHEMAS_TOPIC``
             or the producer's ``FLOW_SCHEMAS_TOPIC``). Its old name ``_schemas`` is read for
             schemas the catalog lacks.
@@ -83,6 +89,7 @@ class LakehouseSettings(EnvSettings):
         50_000, ge=0, validation_alias="LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS"
     )
     small_merge_rows: int = Field(10_000, ge=0, validation_alias="LAKEHOUSE_SMALL_MERGE_ROWS")
+    deletion_vectors: bool = Field(True, validation_alias="LAKEHOUSE_DELETION_VECTORS")
     schemas_topic: str = Field(
         "_flow_schemas",
         validation_alias=AliasChoices("LAKEHOUSE_SCHEMAS_TOPIC", "FLOW_SCHEMAS_TOPIC"),

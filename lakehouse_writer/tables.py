@@ -8,14 +8,19 @@ when such a column is added later. Only then: mapping renames every column of ev
 (0.5-0.8 s of a 2.5-3 s append of a million rows, measured here).
 
 Created from the value schema on first sight with column comments, NOT NULL where the schema
-says so, Change Data Feed, type widening, deletion vectors, and the governance metadata as
-``flow.*`` table properties. Delta collects file statistics (data skipping) for the payload
-columns — the first 32 of a type that has them, as Delta's default does for the first 32
-columns — and ``__change_time``, not for the other technical columns
+says so, the Change Data Feed, deletion vectors (unless ``LAKEHOUSE_DELETION_VECTORS=false``:
+for readers that cannot apply them; a table keeps the features it was created with), and the
+governance metadata as ``flow.*`` table properties. Which features a table can gain, and which
+readers read them: ``docs/TABLES.md``.
+
+Delta collects file statistics (data skipping) for the payload columns — the first 32 of a
+type that has them, as Delta's default does for the first 32 columns — and
+``__change_time``, not for the other technical columns
 (``delta.dataSkippingStatsColumns``, :func:`stats_columns`; a column added later is added
 to it): their statistics cost 0.3-0.4 s of a 5 s write of a million rows, for columns
 queries rarely filter on. Later schemas may add nullable columns and widen types (Delta type
-widening); anything else raises :class:`SchemaEvolutionError` for that table only.
+widening, turned on at a table's first widening); anything else raises
+:class:`SchemaEvolutionError` for that table only.
 """
 
 from __future__ import annotations
@@ -40,14 +45,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ESCAPED = "~/\\:%"
-# The table features every table starts with, and no others (delta-rs, polars and DuckDB
-# read and write them; a table gains column mapping when a name needs it and type widening
-# when a column first widens). Deletion vectors keep MERGE/DELETE cheap; a GDPR delete
-# purges them.
-BASE_PROPERTIES: dict[str, str] = {
-    "delta.enableChangeDataFeed": "true",
-    "delta.enableDeletionVectors": "true",
-}
+# The table features every table starts with, and no others (a table gains column mapping
+# when a name needs it and type widening when a column first widens: docs/TABLES.md).
+BASE_PROPERTIES: dict[str, str] = {"delta.enableChangeDataFeed": "true"}
+# Deletion vectors keep MERGE/DELETE cheap (no file rewrite); on unless the writer is told
+# otherwise (LAKEHOUSE_DELETION_VECTORS=false), for readers that cannot apply them.
+DELETION_VECTORS: dict[str, str] = {"delta.enableDeletionVectors": "true"}
 TYPE_WIDENING = "delta.enableTypeWidening"
 # Governance properties of the value schema -> Delta table property keys.
 GOVERNANCE_PROPERTIES: dict[str, str] = {
@@ -143,11 +146,18 @@ def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
     return ",".join(_q(name) for name in [*eligible[:MAX_STATS_COLUMNS], "__change_time"])
 
 
-def table_properties(schema: ValueSchema) -> dict[str, str]:
-    """Table properties of a new table: the fixed features plus governance metadata."""
+def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict[str, str]:
+    """Table properties of a new table: the fixed features plus governance metadata.
+
+    Args:
+        schema: The table's value schema.
+        deletion_vectors: Create the table with deletion vectors.
+    """
     from pyspark.sql.types import _parse_datatype_string
 
     props = dict(BASE_PROPERTIES)
+    if deletion_vectors:
+        props.update(DELETION_VECTORS)
     props[STATS_COLUMNS_PROPERTY] = stats_columns(
         (f.name, _parse_datatype_string(f.type.to_spark()).simpleString())
         for f in schema_fields(schema)
@@ -174,11 +184,14 @@ class TableManager:
     Args:
         spark: The session.
         lakehouse: Root path of the tables.
+        deletion_vectors: Create new tables with deletion vectors
+            (``LakehouseSettings.deletion_vectors``); tables that exist keep what they have.
     """
 
-    def __init__(self, spark: SparkSession, lakehouse: str) -> None:
+    def __init__(self, spark: SparkSession, lakehouse: str, deletion_vectors: bool = True) -> None:
         self._spark = spark
         self._lakehouse = lakehouse
+        self._deletion_vectors = deletion_vectors
         self._checked: dict[tuple[TableRef, str], TableInfo] = {}
         self._created: set[TableRef] = set()
         self._lock = threading.Lock()  # guards the lock per table
@@ -235,7 +248,7 @@ class TableManager:
             return self._locks.setdefault(ref, threading.Lock())
 
     def _create(self, ref: TableRef, path: str, schema: ValueSchema) -> None:
-        _create(self._spark, path, schema)
+        _create(self._spark, path, schema, self._deletion_vectors)
         self._created.add(ref)
 
     def _info(self, ref: TableRef, path: str) -> TableInfo:
@@ -337,7 +350,7 @@ def _is_delta(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def _create(spark: SparkSession, path: str, schema: ValueSchema) -> None:
+def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vectors: bool) -> None:
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(spark).location(path)
@@ -346,10 +359,11 @@ def _create(spark: SparkSession, path: str, schema: ValueSchema) -> None:
     for item in schema_fields(schema):
         builder = builder.addColumn(item.name, item.type.to_spark(), item.nullable,
                                     comment=item.doc)  # fmt: skip
-    for key, value in table_properties(schema).items():
+    for key, value in table_properties(schema, deletion_vectors).items():
         builder = builder.property(key, value)
     builder.execute()
-    log.info("table created table=%s path=%s keys=%s", schema.name, path, list(schema.pks))
+    log.info("table created table=%s path=%s keys=%s deletion_vectors=%s", schema.name, path,
+             list(schema.pks), deletion_vectors)  # fmt: skip
 
 
 def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
