@@ -16,6 +16,7 @@ rest, the same for the Azure Functions trigger, the container server and the com
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # What a caller may ask for: "auto" is the delta load, or the initial one without a pointer.
 LoadRequest = Literal["initial", "delta", "auto"]
+
+_FAILED_RECORD_PAUSE_S = 1.0  # between attempts at a FAILED record Kafka did not take
 
 _current: contextvars.ContextVar[_Run] = contextvars.ContextVar("producer_lib_run")
 
@@ -266,7 +269,7 @@ class FunctionRunner:
                 self._log_record(producer, run, "COMPLETED", pointer=run.staged_pointer)
             return self._result(run, "COMPLETED")
         except Exception as exc:
-            raise self._failed(producer, run, exc) from exc
+            raise await self._failed(producer, run, exc) from exc
         finally:
             _current.reset(token)
 
@@ -323,21 +326,40 @@ class FunctionRunner:
         if status == "COMPLETED":
             run.committed_pointer = kw["pointer"]
 
-    def _failed(self, producer: KafkaProducer, run: _Run, exc: BaseException) -> RunFailed:
+    async def _failed(self, producer: KafkaProducer, run: _Run, exc: BaseException) -> RunFailed:
         error = f"{type(exc).__name__}: {exc}"
         self.logger.error("run failed flow=%s dataflow=%s partition=%s run_id=%s error=%s",
                           self.function_name, run.record.dataflow, run.record.partition,
                           run.record.run_id, error)  # fmt: skip
-        try:
-            producer.abort()
-            self._log_record(producer, run, "FAILED", pointer=run.committed_pointer, error=error)
-        except ProducerLibError as log_exc:  # fenced or broken: the FAILED record cannot go
-            self.logger.error("FAILED record not written flow=%s run_id=%s error=%s",
-                              self.function_name, run.record.run_id, log_exc)  # fmt: skip
+        await self._log_failed(producer, run, error)
         result = self._result(run, "FAILED", error=error)
         return RunFailed(f"run failed: {error}", result, flow=self.function_name,
                          dataflow=run.record.dataflow, partition=run.record.partition,
                          run_id=run.record.run_id)  # fmt: skip
+
+    async def _log_failed(self, producer: KafkaProducer, run: _Run, error: str) -> None:
+        """Abort, then write the FAILED record; retried for ``connect_timeout_s`` more.
+
+        The error that failed the run is often Kafka being away (a delivery timeout): the
+        first attempt then fails too, while a broker that is back a few seconds later takes
+        the record. Fenced or broken producers are not retried: that record cannot go.
+        """
+        deadline = time.monotonic() + producer.settings.connect_timeout_s
+        while True:
+            try:
+                producer.abort()
+                self._log_record(producer, run, "FAILED", pointer=run.committed_pointer,
+                                 error=error)  # fmt: skip
+                return
+            except ProducerLibError as log_exc:
+                if time.monotonic() >= deadline or not producer.is_open:
+                    self.logger.error("FAILED record not written flow=%s run_id=%s error=%s",
+                                      self.function_name, run.record.run_id, log_exc)  # fmt: skip
+                    return
+                self.logger.warning("FAILED record not written yet, retrying flow=%s "
+                                    "run_id=%s error=%s", self.function_name,
+                                    run.record.run_id, log_exc)  # fmt: skip
+                await asyncio.sleep(_FAILED_RECORD_PAUSE_S)
 
     def _result(self, run: _Run, status: str, error: str | None = None) -> RunResult:
         record = run.record

@@ -1,0 +1,191 @@
+"""The broker unreachable for longer than the delivery timeout, in the middle of a flow's run.
+
+A FunctionRunner flow (written as flow authors write them) produces its rows; the broker then
+goes away before the commit and stays away longer than ``message.timeout.ms``. The run must
+fail loudly (``RunFailed`` naming the cause, status FAILED), nothing of the transaction may
+become visible, the delta pointer must stay where it was, and a rerun once the broker is back
+must publish every row exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+import duckdb
+import pytest
+
+from producer_lib import (
+    FunctionRunner,
+    KafkaProducer,
+    KeySchema,
+    RowType,
+    RunFailed,
+    SourceAdapter,
+    create_key_row,
+    create_truncate_row,
+)
+from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
+from tests.faults.conftest import OwnBroker
+from tests.support.consume import consume_all
+from tests.support.decode import decoded_values
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+DELIVERY_TIMEOUT_MS = 4_000  # message.timeout.ms: how long librdkafka tries to deliver
+TRANSACTION_TIMEOUT_MS = 20_000  # >= the delivery timeout; bounds each abort attempt
+TIMED_OUT = "Local: Message timed out"  # librdkafka's text of a delivery timeout
+RETRY_FAILED_RECORD_S = 25  # KAFKA_CONNECT_TIMEOUT_S: the runner retries its FAILED record
+FAIL_WITHIN_S = 90  # the delivery timeout, the abort's bound and a broker start, with slack
+
+
+class OutageFlow(FunctionRunner):
+    """Ids from a DuckDB table; the pointer is the last id published.
+
+    The initial load publishes ids 0..9 (TRUNCATE + REPLACE); each delta load the next 5 ids.
+    ``before_produce`` is what the test does to the broker once the delta load has its target
+    and before it produces the rows.
+    """
+
+    source_system = "TEST"
+
+    def __init__(self, function_name: str, topic: str) -> None:
+        super().__init__(function_name)
+        self.topic = topic
+        self.source = f"SRC_{function_name}"
+        self.before_produce: Callable[[], None] | None = None
+        duckdb.execute(f"CREATE TABLE IF NOT EXISTS {self.source} AS SELECT range AS ID, "
+                       f"'name ' || range AS NAME FROM range(1000)")  # fmt: skip
+
+    async def _target(self, reader: SourceAdapter, producer: KafkaProducer, low: int, high: int):
+        schema = await reader.load(
+            "NUMBERS", f"SELECT ID, NAME FROM {self.source} WHERE ID >= {low} AND ID < {high}",
+            "TEST", "TEST",
+        )  # fmt: skip
+        schema.set_primary_keys("ID")
+        return producer.add_target(self.topic, "NUMBERS", KeySchema(schema), schema)
+
+    async def initial_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
+        target = await self._target(reader, producer, 0, 10)
+        truncate = create_truncate_row(target.value_schema, None)
+        producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
+                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_from_duckdb("NUMBERS", target, 1000, RowType.REPLACE)
+        self.set_delta_pointer(9)
+        producer.commit()
+
+    async def delta_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
+        last = self.get_delta_pointer()
+        target = await self._target(reader, producer, last + 1, last + 6)
+        if self.before_produce:
+            self.before_produce()
+        producer.produce_from_duckdb("NUMBERS", target, 1000, RowType.INSERT)
+        self.set_delta_pointer(last + 5)
+        producer.commit()
+
+
+@pytest.fixture
+def flow(monkeypatch: pytest.MonkeyPatch, own_broker: OwnBroker) -> OutageFlow:
+    """A flow on the test's own broker, configured through ``KAFKA_*`` as users do."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", own_broker.bootstrap)
+    monkeypatch.setenv("KAFKA_TRANSACTION_TIMEOUT_MS", str(TRANSACTION_TIMEOUT_MS))
+    monkeypatch.setenv("KAFKA_CONNECT_TIMEOUT_S", str(RETRY_FAILED_RECORD_S))
+    monkeypatch.setenv("KAFKA_OVERRIDES", json.dumps({"message.timeout.ms": DELIVERY_TIMEOUT_MS}))
+    function = f"outage_{uuid.uuid4().hex[:8]}"
+    return OutageFlow(function, f"t_outage_{uuid.uuid4().hex[:8]}")
+
+
+def _records(bootstrap: str, flow: OutageFlow) -> list[dict]:
+    key = f"{flow.function_name}|default|0".encode()
+    messages = consume_all(bootstrap, EXECUTION_LOG_TOPIC)
+    return [json.loads(m.value()) for m in messages if m.key() == key]
+
+
+def _published_ids(bootstrap: str, topic: str) -> Counter:
+    """How often each ID was published (committed), TRUNCATE rows left out."""
+    values = decoded_values(bootstrap, topic)
+    return Counter(v["ID"] for v in values if v["__change_type"] != "T")
+
+
+def _run(flow: OutageFlow, load: str):
+    return asyncio.run(flow.run(load))
+
+
+def _assert_rerun_publishes_every_row_once(own_broker: OwnBroker, flow: OutageFlow) -> None:
+    flow.before_produce = None
+    rerun = _run(flow, "delta")
+    assert (rerun.status, rerun.delta_pointer, rerun.rows) == ("COMPLETED", 14, {"TEST.NUMBERS": 5})
+    assert _published_ids(own_broker.bootstrap, flow.topic) == Counter(range(15))
+    assert _records(own_broker.bootstrap, flow)[-1]["delta_pointer"] == 14
+
+
+def test_outage_during_commit_fails_the_run_and_a_rerun_publishes_every_row_once(
+    own_broker: OwnBroker, flow: OutageFlow
+):
+    """The broker is gone for longer than the delivery timeout, then back while the runner
+    still tries to write its FAILED record: the run is FAILED on ``_execution_log``."""
+    assert _run(flow, "initial").delta_pointer == 9
+    outage: dict[str, float] = {}
+
+    def come_back() -> None:  # starting takes the JVM longer than the delivery timeout
+        outage["from"] = time.monotonic()
+        own_broker.start()
+        outage["to"] = time.monotonic()
+
+    comeback = threading.Thread(target=come_back)
+    flow.before_produce = lambda: (own_broker.stop(), comeback.start())
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(RunFailed) as failed:
+            _run(flow, "delta")
+        elapsed = time.monotonic() - started
+    finally:
+        comeback.join()
+
+    result = failed.value.result
+    assert outage["to"] - outage["from"] > DELIVERY_TIMEOUT_MS / 1000
+    assert elapsed < FAIL_WITHIN_S, f"the run took {elapsed:.0f}s to fail"
+    assert (result.status, result.delta_pointer, result.commit_id) == ("FAILED", 9, None)
+    assert TIMED_OUT in result.error and flow.topic in result.error, result.error
+    last = _records(own_broker.bootstrap, flow)[-1]
+    assert (last["status"], last["delta_pointer"], last["run_id"]) == ("FAILED", 9, result.run_id)
+    assert last["error"] == result.error
+    assert _published_ids(own_broker.bootstrap, flow.topic) == Counter(range(10))
+
+    _assert_rerun_publishes_every_row_once(own_broker, flow)
+
+
+def test_outage_past_the_end_of_the_run_fails_it_within_a_bound_pointer_unmoved(
+    own_broker: OwnBroker, flow: OutageFlow, caplog: pytest.LogCaptureFixture
+):
+    """The broker stays away until the run has given up: the run still ends, FAILED, within
+    a bound, says that its FAILED record could not be written, and moves nothing."""
+    assert _run(flow, "initial").delta_pointer == 9
+    flow.before_produce = own_broker.stop
+    caplog.set_level(logging.ERROR, logger="producer_lib")
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(RunFailed) as failed:
+            _run(flow, "delta")
+        elapsed = time.monotonic() - started
+    finally:
+        own_broker.start()
+
+    result = failed.value.result
+    assert elapsed < FAIL_WITHIN_S, f"the run took {elapsed:.0f}s to fail"
+    assert (result.status, result.delta_pointer) == ("FAILED", 9)
+    assert TIMED_OUT in result.error and flow.topic in result.error, result.error
+    assert any("FAILED record not written" in r.getMessage() for r in caplog.records)
+    last = _records(own_broker.bootstrap, flow)[-1]
+    assert (last["status"], last["delta_pointer"]) == ("STARTED", 9)  # the pointer did not move
+    assert _published_ids(own_broker.bootstrap, flow.topic) == Counter(range(10))
+
+    _assert_rerun_publishes_every_row_once(own_broker, flow)
