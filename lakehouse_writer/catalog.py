@@ -6,6 +6,9 @@ batch shows a fingerprint the cache does not know. A fingerprint it does not hol
 looked up in the catalog's old topic, ``_schemas``, where producers wrote before the rename:
 records of ours found there still resolve, and the records of a Schema Registry (whose own
 store ``_schemas`` is) are skipped. Registry ids are fetched once each.
+
+Key schemas (:meth:`SchemaCatalog.key_schemas`) are the ``"kind": "key"`` records of a topic in
+the catalog topics, and with a registry every version of the subject ``<topic>-key``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from lakehouse_writer.errors import DecodeError
+from lakehouse_writer.keys import KeySchemaRef
+from producer_lib.errors import SchemaError
 from producer_lib.schema.catalog_records import is_registry_key, parse_record
+from producer_lib.schema.framing import confluent_header, single_object_header
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,7 @@ class SchemaCatalog:
         self._by_id: dict[int, CatalogEntry] = {}
         self._next_offset: dict[str, int] = {}
         self._registry_records: dict[str, int] = {}  # topic -> registry records skipped
+        self._registry_keys: dict[str, list[KeySchemaRef]] = {}  # topic -> its key versions
 
     def by_fingerprint(self, fingerprints: set[str]) -> dict[str, CatalogEntry]:
         """Entries of the given fingerprints (hex); unknown ones are absent from the result."""
@@ -85,7 +92,51 @@ class SchemaCatalog:
             entry = self._fetch_registry(schema_id)
             if entry is not None:
                 self._by_id[schema_id] = entry
+                self._registry_keys.clear()  # a new value schema may come with a new key
         return {i: self._by_id[i] for i in ids if i in self._by_id}
+
+    def key_schemas(self, topic: str | None) -> list[KeySchemaRef]:
+        """The key writer schemas of ``topic`` the catalog holds (no read of the topics).
+
+        The ``"kind": "key"`` records of the topic in the catalog topic and its old one, as
+        last read (a value schema's key is registered before it, so a batch whose value
+        schemas are known finds their keys), and with a registry every version of the
+        subject ``<topic>-key`` (fetched once per topic).
+        """
+        if not topic:
+            return []
+        found = []
+        for entries in (self._by_fingerprint, self._legacy_entries):
+            for fingerprint, entry in entries.items():
+                if entry.kind == "key" and entry.topic == topic:
+                    try:
+                        header = single_object_header(bytes.fromhex(fingerprint))
+                    except (ValueError, SchemaError):
+                        continue  # a bad record; logged where its rows are rejected
+                    found.append(KeySchemaRef(header, entry.schema_json))
+        return found + self._registry_key_schemas(topic)
+
+    def _registry_key_schemas(self, topic: str) -> list[KeySchemaRef]:
+        if not self._registry_url:
+            return []
+        if topic not in self._registry_keys:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+            client, subject, found = (
+                SchemaRegistryClient({"url": self._registry_url}),
+                f"{topic}-key",
+                [],
+            )
+            try:
+                for version in client.get_versions(subject):
+                    registered = client.get_version(subject, version)
+                    header = confluent_header(registered.schema_id)
+                    found.append(KeySchemaRef(header, registered.schema.schema_str))
+            except Exception as exc:  # noqa: BLE001 - the registry's own errors vary by version
+                log.warning("registry key lookup failed subject=%s error=%s", subject, exc)
+                return []  # asked again with the next batch
+            self._registry_keys[topic] = found
+        return self._registry_keys[topic]
 
     def latest_value_schemas(self) -> list[tuple[str, CatalogEntry]]:
         """(fingerprint, entry) of each topic's latest value schema in the catalog topic.

@@ -11,7 +11,13 @@ The writer decodes the schemas it expects while it reads the batch
 (:mod:`lakehouse_writer.scan`); :func:`decode_batch` takes those rows as they are and decodes
 the others here, from the cached bytes.
 
-Keys are not decoded: every key field is also in the value, which is what the writer applies.
+Keys are decoded too, in the projection that decodes the value, and checked against the key
+fields of the value (:mod:`lakehouse_writer.keys`): a row whose key disagrees, does not decode,
+or is missing (table with a primary key) is rejected with the reason. The key schemas are the
+one this project's producer writes with the value schema and those of the topic in the catalog
+(:meth:`~lakehouse_writer.catalog.SchemaCatalog.key_schemas`). The scan decodes with the first
+only; rows it did not take (a key that fails, or one of another key schema) are decoded again
+here, from their bytes, with all of them.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
 from lakehouse_writer.errors import LakehouseWriterError, SchemaEvolutionError
+from lakehouse_writer.keys import KeySchemaRef, candidates, with_key_check
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.tables import TableInfo, TableManager, TableRef
 from producer_lib.errors import SchemaError
@@ -186,13 +193,14 @@ def decode_batch(
 
     tags = {header_tag(h): h for h in headers if h is not None}
     entries = resolve(set(tags), catalog)
+    keys = {tag: catalog.key_schemas(entry.topic) for tag, entry in entries.items()}
     out = DecodedBatch()
     done: dict[bytes, Decoded | Parsed] = dict(decoded or {})
     if applier is not None:
         schemas = _value_schemas(entries, stopped)
         tables.ensure_all(schemas.values(), applier)
         todo = {tag: schema for tag, schema in schemas.items() if tags[tag] not in done}
-        ahead = _parse_ahead(df, tags, entries, todo, tables, applier)
+        ahead = _parse_ahead(df, tags, entries, todo, tables, applier, keys)
         out.cached.extend(p.parsed for p in ahead.values())
         done.update(ahead)
     if None in headers:
@@ -204,7 +212,7 @@ def decode_batch(
     for tag, entry in sorted(entries.items()):
         out.schemas[tags[tag]] = entry
         rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
-        _decode_one(rows, tag, entry, tables, stopped, out, done.get(tags[tag]))
+        _decode_one(rows, tag, entry, tables, stopped, out, done.get(tags[tag]), keys[tag])
     return out
 
 
@@ -245,6 +253,7 @@ def _parse_ahead(
     schemas: Mapping[str, ValueSchema],
     tables: TableManager,
     applier: TableApplier,
+    keys: Mapping[str, list[KeySchemaRef]],
 ) -> dict[bytes, Parsed]:
     """Decode, cache and summarize the rows of each of ``schemas``, several at a time.
 
@@ -257,7 +266,8 @@ def _parse_ahead(
     def one(tag: str, _: object) -> Parsed:
         info = tables.ensure(schemas[tag])
         rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
-        parsed = parse_rows(rows, tag, entries[tag].schema_json).persist()
+        found = candidates(schemas[tag], keys[tag])
+        parsed = parse_rows(rows, tag, entries[tag].schema_json, schemas[tag], found).persist()
         try:
             summary, failures = _summarize(parsed, schemas[tag], info)
         except BaseException:
@@ -279,6 +289,7 @@ _UNKNOWN = "unknown writer schema (not on _schemas / the registry): "
 def _decode_one(
     rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager,
     stopped: dict[str, str], out: DecodedBatch, scanned: Decoded | Parsed | None,
+    known_keys: list[KeySchemaRef],
 ) -> None:  # fmt: skip
     try:
         schema = ValueSchema.from_avro_json(entry.schema_json)
@@ -295,19 +306,26 @@ def _decode_one(
     except LakehouseWriterError as exc:
         _stop(rows, ref, exc, stopped, out)
         return
+    keys = candidates(schema, known_keys)
     if scanned is not None:
         parsed, failures = scanned.parsed, scanned.failures
         summary = scanned.summary  # its key range is of the schema's first key column
         if tuple(info.keys[:1]) != tuple(schema.pks[:1]):
             summary = RowSummary(summary.counts, None, summary.oldest, summary.truncates)
     else:
-        parsed = parse_rows(rows, tag, entry.schema_json).persist()
+        parsed = parse_rows(rows, tag, entry.schema_json, schema, keys).persist()
         out.cached.append(parsed)
         summary, failures = _summarize(parsed, schema, info)  # decodes (and caches) the rows
     decoded, failed = split_parsed(parsed, schema)
+    if failures and scanned is not None and not isinstance(scanned, Parsed):  # by the scan
+        again = parse_rows(failed, tag, entry.schema_json, schema, keys).persist()
+        out.cached.append(again)
+        more, failures = _summarize(again, schema, info)
+        summary = summary.merge(more)
+        decoded_again, failed = split_parsed(again, schema)
+        decoded = decoded.unionByName(decoded_again)
     if failures:
-        out.rejected.append(rejected_rows(failed, f"cannot decode the Avro body ({tag})",
-                                          ref.qualified))  # fmt: skip
+        out.rejected.append(rejected_rows(failed, _failure_reason(failed, tag), ref.qualified))
     previous = out.tables.get(ref)
     if previous is not None:
         decoded = previous[1].unionByName(decoded, allowMissingColumns=True)
@@ -360,16 +378,38 @@ def _stop(
         out.rejected.append(rejected_rows(earlier[1], message, ref.qualified))
 
 
-def parse_rows(rows: DataFrame, tag: str, schema_json: str) -> DataFrame:
+def parse_rows(
+    rows: DataFrame, tag: str, schema_json: str, schema: ValueSchema | None = None,
+    keys: tuple[KeySchemaRef, ...] = (),
+) -> DataFrame:  # fmt: skip
     """Where each row was read, and its decoded value ``__r`` (null when it does not decode).
 
     The raw bytes are left out: the writer persists this frame, and a copy of every value
     would double the memory it takes. Rejected rows get their bytes back from the batch
-    (:func:`with_raw_bytes`).
+    (:func:`with_raw_bytes`). With ``schema`` (the value schema of ``schema_json``), each
+    row's key is checked with ``keys`` (:func:`~lakehouse_writer.keys.with_key_check`): where
+    it fails, ``__r`` is null and ``__key_problem`` says why.
     """
     skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
     decoded = avro_struct(body_column(skip), schema_json).alias("__r")
-    return rows.select("topic", "partition", "offset", decoded)
+    if schema is None:
+        return rows.select("topic", "partition", "offset", decoded)
+    parsed = rows.select("topic", "partition", "offset", "key", decoded)
+    checked = with_key_check(parsed, "__r", schema, keys, problem=KEY_PROBLEM)
+    return checked.drop("key")
+
+
+KEY_PROBLEM = "__key_problem"
+
+
+def _failure_reason(failed: DataFrame, tag: str) -> Column | str:
+    """Why rows of ``split_parsed`` failed: their key's problem, else the body's."""
+    from pyspark.sql import functions as F
+
+    body = f"cannot decode the Avro body ({tag})"
+    if KEY_PROBLEM not in failed.columns:
+        return body
+    return F.coalesce(F.col(KEY_PROBLEM), F.lit(body))
 
 
 def split_parsed(parsed: DataFrame, schema: ValueSchema) -> tuple[DataFrame, DataFrame]:

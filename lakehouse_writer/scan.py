@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry
+from lakehouse_writer.keys import KeySchemaRef, candidates, with_key_check
 from lakehouse_writer.read import HEADER, avro_struct, body_column, header_column
 from producer_lib.errors import SchemaError
 from producer_lib.schema import ValueSchema
@@ -50,11 +51,19 @@ class Expected:
         header: The header bytes of its rows (``0x00`` + id, or ``0xC3 0x01`` + fingerprint).
         entry: The catalog entry.
         schema: Its value schema.
+        known_keys: Key writer schemas its rows' keys are expected to have, besides the one
+            this project's producer writes (:func:`~lakehouse_writer.keys.own_key`).
     """
 
     header: bytes
     entry: CatalogEntry
     schema: ValueSchema
+    known_keys: tuple[KeySchemaRef, ...] = ()
+
+    @property
+    def keys(self) -> tuple[KeySchemaRef, ...]:
+        """The key writer schemas the scan decodes and checks its rows' keys with."""
+        return candidates(self.schema, self.known_keys)
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,8 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         for i, e in enumerate(expected)
     ]  # fmt: skip
     decoded = read.select("key", "value", "topic", "partition", "offset", HEADER, *structs)
+    for i, e in enumerate(expected):  # a key that disagrees: not decoded here (see read.py)
+        decoded = with_key_check(decoded, f"__r{i}", e.schema, e.keys)
     change = _change_type(len(expected))
     ok = change.isNotNull()
     frame = decoded.select(
