@@ -31,12 +31,12 @@ from typing import Any, get_args
 
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.status import BatchStats, Partition, WriterRunState, partition_lag
+from producer_lib.prometheus import CONTENT_TYPE, Sample, family, summary
 
 __all__ = ["CONTENT_TYPE", "MetricsServer", "MetricsUnavailable", "WriterMetrics"]
 
 log = logging.getLogger(__name__)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus text format 0.0.4
 _PREFIX = "lakehouse_writer_"
 
 
@@ -122,7 +122,11 @@ class WriterMetrics:
                     "When the last batch was applied (Unix time; 0: none).",
                     [({}, _epoch(last.finished_at))],
                 ),
-                *_summary(self._duration_sum, self._duration_count),
+                *summary(
+                    _PREFIX + "batch_duration_seconds",
+                    "Seconds each batch's trigger took.",
+                    [({}, self._duration_sum, self._duration_count)],
+                ),
                 *_family(
                     "last_batch_duration_seconds",
                     "gauge",
@@ -164,39 +168,6 @@ class WriterMetrics:
                 ),
             ]
         return "\n".join(lines) + "\n"
-
-
-def _family(
-    name: str, kind: str, doc: str, samples: Iterable[tuple[Mapping[str, str], float]]
-) -> list[str]:
-    full = _PREFIX + name
-    lines = [f"# HELP {full} {doc}", f"# TYPE {full} {kind}"]
-    lines += [f"{full}{_labels(labels)} {_number(value)}" for labels, value in samples]
-    return lines
-
-
-def _summary(total: float, count: int) -> list[str]:
-    full = _PREFIX + "batch_duration_seconds"
-    return [
-        f"# HELP {full} Seconds each batch's trigger took.",
-        f"# TYPE {full} summary",
-        f"{full}_sum {_number(total)}",
-        f"{full}_count {count}",
-    ]
-
-
-def _labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _epoch(iso: str) -> float:
@@ -280,3 +251,7 @@ def _handler(render: Callable[[], str]) -> type[BaseHTTPRequestHandler]:
             log.debug("metrics request " + format, *args)
 
     return Handler
+
+
+def _family(name: str, kind: str, doc: str, samples: Iterable[Sample]) -> list[str]:
+    return family(_PREFIX + name, kind, doc, samples)
