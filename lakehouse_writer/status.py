@@ -160,8 +160,7 @@ def record_lag(query: StreamingQuery, stats: BatchStats, checkpoint: str) -> Non
     With no new report, the status file is rewritten once :data:`HEARTBEAT_S` has passed.
     """
     try:
-        seen = stats.progress_seen  # ISO instants (UTC) compare as text
-        fresh = [p for p in query.recentProgress if str(p.get("timestamp", "")) > seen]
+        fresh = _new_progress(query, stats.progress_seen)
         if not fresh:
             if stats.written and time.monotonic() - stats.written > HEARTBEAT_S:
                 write_status(checkpoint, stats)  # the heartbeat: this writer is alive
@@ -180,6 +179,18 @@ def record_lag(query: StreamingQuery, stats: BatchStats, checkpoint: str) -> Non
         write_status(checkpoint, stats)
     except Exception as exc:  # noqa: BLE001 - progress reporting must never stop the writer
         log.warning("lag not recorded error=%s: %s", type(exc).__name__, exc)
+
+
+def _new_progress(query: StreamingQuery, seen: str) -> list[dict[str, Any]]:
+    """The query's progress reports later than timestamp ``seen``, oldest first.
+
+    The last report alone is asked for first (cheap); the recent ones (up to 100, through
+    py4j) only when it is new. ISO instants in UTC compare as text.
+    """
+    last = query.lastProgress
+    if not last or str(last.get("timestamp", "")) <= seen:
+        return []
+    return [p for p in query.recentProgress if str(p.get("timestamp", "")) > seen]
 
 
 def lag_of(progress: Mapping[str, Any] | None) -> dict[str, int]:
