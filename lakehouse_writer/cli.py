@@ -1,5 +1,10 @@
 """Command line: ``lakehouse-writer run --lakehouse PATH --checkpoint PATH [--once] ...``.
 
+``status`` and ``resume-table NAMESPACE.NAME`` (same ``--lakehouse``/``--checkpoint``) are the
+operator's commands (:mod:`lakehouse_writer.admin`, docs/OPERATIONS.md). ``run`` serves
+metrics and commits to a monitoring consumer group as ``LAKEHOUSE_METRICS_PORT`` and
+``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.watch`).
+
 SIGTERM or SIGINT stop the writer after the batch it is applying (exit code 0, status file
 state ``stopped``). A failed run exits with 1: the status file says ``failed`` with the root
 cause, the last line on stderr names it, and ``writer_error.log`` in the checkpoint holds
@@ -151,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_command(argv: Sequence[str] | None = None) -> None:
     """Run the lakehouse writer with ``argv`` (default ``sys.argv[1:]``); raise on failure.
 
+    ``status`` and ``resume-table`` raise :class:`SystemExit` with their non-zero exit code.
+
     Raises:
         ConfigError: A setting is missing or wrong (names the variable, never its value).
         WriterFailed: The run failed; the status file says ``failed`` with the same cause.
@@ -159,6 +166,11 @@ def run_command(argv: Sequence[str] | None = None) -> None:
     from lakehouse_writer.settings import LakehouseSettings
 
     args = _parser().parse_args(argv)
+    if args.command != "run":  # status, resume-table: an exit code says how it went
+        code = admin_command(args)
+        if code:
+            raise SystemExit(code)
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = LakehouseSettings(**_overrides(args))
     stop = threading.Event()

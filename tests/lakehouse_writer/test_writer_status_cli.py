@@ -210,3 +210,13 @@ def test_the_console_command_runs_without_a_jvm(where):
     assert done.returncode == 0, done.stderr
     assert "state: drained" in done.stdout
     assert "Spark" not in done.stderr
+
+
+def test_the_raising_entry_point_raises_the_exit_code_of_status(where):
+    from lakehouse_writer.cli import run_command
+
+    with pytest.raises(SystemExit) as raised:
+        run_command(["status", *_args(where)])
+    assert raised.value.code == 3
+    write_status(str(where[1]), BatchStats(state="drained", batch_id=1))
+    run_command(["status", *_args(where)])  # healthy: returns
