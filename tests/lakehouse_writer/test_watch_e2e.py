@@ -7,6 +7,7 @@ it; the endpoint is scraped over HTTP from a writer running as its own process.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -153,3 +154,36 @@ def test_a_running_writer_serves_its_metrics(spark, kafka_bootstrap, new_topic, 
     finally:
         if writer.proc.poll() is None:
             writer.kill9()
+
+
+def test_a_taken_metrics_port_fails_the_run_naming_it(
+    spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    from lakehouse_writer.status import read_status
+
+    topic = new_topic()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("LAKEHOUSE_METRICS_PORT", str(port))
+        monkeypatch.setenv("LAKEHOUSE_METRICS_HOST", "127.0.0.1")
+        checkpoint = tmp_path / "ckpt"
+        code = main(
+            [
+                "run",
+                "--lakehouse",
+                str(tmp_path / "lake"),
+                "--checkpoint",
+                str(checkpoint),
+                "--once",
+                "--topics",
+                topic,
+                "--bootstrap-servers",
+                kafka_bootstrap,
+            ]
+        )
+    assert code == 1
+    error = (read_status(str(checkpoint)) or {})["error"]
+    assert "MetricsUnavailable" in error and "LAKEHOUSE_METRICS_PORT" in error
+    assert f"port={port}" in error
