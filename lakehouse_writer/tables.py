@@ -49,8 +49,9 @@ _ESCAPED = "~/\\:%"
 # when a name needs it and type widening when a column first widens: docs/TABLES.md).
 BASE_PROPERTIES: dict[str, str] = {"delta.enableChangeDataFeed": "true"}
 # Deletion vectors keep MERGE/DELETE cheap (no file rewrite); on unless the writer is told
-# otherwise (LAKEHOUSE_DELETION_VECTORS=false), for readers that cannot apply them.
-DELETION_VECTORS: dict[str, str] = {"delta.enableDeletionVectors": "true"}
+# otherwise (LAKEHOUSE_DELETION_VECTORS=false), for readers that cannot apply them. Off is
+# set as "false", not left out: Databricks workspaces may turn them on for new tables.
+DELETION_VECTORS = "delta.enableDeletionVectors"
 TYPE_WIDENING = "delta.enableTypeWidening"
 # Governance properties of the value schema -> Delta table property keys.
 GOVERNANCE_PROPERTIES: dict[str, str] = {
@@ -156,8 +157,7 @@ def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict
     from pyspark.sql.types import _parse_datatype_string
 
     props = dict(BASE_PROPERTIES)
-    if deletion_vectors:
-        props.update(DELETION_VECTORS)
+    props[DELETION_VECTORS] = "true" if deletion_vectors else "false"
     props[STATS_COLUMNS_PROPERTY] = stats_columns(
         (f.name, _parse_datatype_string(f.type.to_spark()).simpleString())
         for f in schema_fields(schema)
