@@ -184,12 +184,12 @@ def lakes(spark, kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[dic
     data = [topics[name] for name in ("orders", "mapped", "commits")]
     try:
         _produce_first(kafka_bootstrap, topics)
+        # Small merges on: delta-rs writes the first rows of ORDERS, WIDE and the mapped names.
         _run_writer(root / "dv", [*data, topics["wide"], topics["wide2"]], kafka_bootstrap, **env)
         _produce_second(kafka_bootstrap, topics)
         # Spark's MERGE writes deletion vectors; delta-rs (small merges) rewrites files.
         _run_writer(root / "dv", [*data, topics["wide"], topics["wide2"]], kafka_bootstrap,
                     LAKEHOUSE_SMALL_MERGE_ROWS="0", **env)  # fmt: skip
-        # Small merges on: delta-rs writes the column-mapped names here.
         _run_writer(root / "nodv", data, kafka_bootstrap, LAKEHOUSE_DELETION_VECTORS="false", **env)
         yield {"dv": root / "dv", "nodv": root / "nodv"}
     finally:
