@@ -52,6 +52,8 @@ class CommitRecord:
         partition: ... its partition ...
         offset: ... and offset.
         ends: ``(topic, partition, max_offset)`` of every data partition it wrote.
+        starts: ``(topic, partition, min_offset)`` of the same partitions (None: the record
+            does not say).
         tables: ``(topic, table)`` of every table it wrote.
     """
 
@@ -62,6 +64,7 @@ class CommitRecord:
     offset: int
     ends: tuple[tuple[str, int, int], ...]
     tables: tuple[tuple[str, str], ...]
+    starts: tuple[tuple[str, int, int | None], ...] = ()
 
     @classmethod
     def parse(cls, raw: str, topic: str, partition: int, offset: int) -> CommitRecord:
@@ -72,10 +75,15 @@ class CommitRecord:
         """
         try:
             data: dict[str, Any] = json.loads(raw)
-            ends = tuple((str(p["topic"]), int(p["partition"]), int(p["max_offset"]))
-                         for p in data.get("partitions") or ())  # fmt: skip
+            parts = data.get("partitions") or ()
+            ends = tuple(
+                (str(p["topic"]), int(p["partition"]), int(p["max_offset"])) for p in parts
+            )
+            starts = tuple(
+                (str(p["topic"]), int(p["partition"]), _offset(p.get("min_offset"))) for p in parts
+            )
             tables = tuple((str(t["topic"]), str(t["table"])) for t in data.get("tables") or ())
-            return cls(str(data["commit_id"]), raw, topic, partition, offset, ends, tables)
+            return cls(str(data["commit_id"]), raw, topic, partition, offset, ends, tables, starts)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BadCommitRecord(
                 f"not a commit record (docs/WIRE.md `_commits`): {type(exc).__name__}: {exc}"
@@ -104,6 +112,10 @@ class CommitRecord:
         touched = sorted({table for topic, table in self.tables if ours(topic)})
         unapplied = [t for t in touched if t not in versions or t in stopped]
         return {t: versions[t] for t in touched if t not in unapplied}, unapplied
+
+
+def _offset(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def commit_frame(

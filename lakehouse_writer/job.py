@@ -33,15 +33,17 @@ from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
+from lakehouse_writer.holdback import Holdback
 from lakehouse_writer.parallel import Outcome, TableApplier, on_session, workers_from_env
 from lakehouse_writer.probe import connect_timeout, probe_kafka
+from lakehouse_writer.ranges import offset_ranges
 from lakehouse_writer.read import (
     DecodedBatch,
     decode_batch,
     source_options,
     with_raw_bytes,
 )
-from lakehouse_writer.reload import Speculation, offset_ranges, speculate
+from lakehouse_writer.reload import Speculation, speculate
 from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
 from lakehouse_writer.session import require_classic
 from lakehouse_writer.small import SmallChanges
@@ -124,6 +126,8 @@ class BatchProcessor:
         self._expected = ExpectedSchemas()
         self._workers = workers_from_env()  # tables applied at once (lakehouse_writer.parallel)
         self._small = SmallChanges(settings.small_merge_rows)  # few rows: merged by delta-rs
+        self._holdback = Holdback(settings.kafka_client_conf(), source_options(settings),
+                                  settings.commits_topic, self._ours)  # fmt: skip
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
         self._ahead: set[bytes] = set()  # headers whose table is known to exist
         self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
@@ -160,6 +164,7 @@ class BatchProcessor:
         with self._gate:
             self._closed = True
         self._aside.shutdown(wait=False)
+        self._holdback.close()
         if self._warm is not None:
             self._warm.shutdown(wait=False, cancel_futures=True)
 
@@ -198,7 +203,10 @@ class BatchProcessor:
             inherit = inheritable_thread_target(self._spark)  # the stream's job properties
             prepared = self._aside.submit(inherit(self._make_ahead), expected, scanned)
             try:
-                reload = self._speculate(source, expected, batch_id)
+                plan = self._holdback.plan(source, self.state, batch_id)
+                source = plan.source
+                if not plan.changed:  # the bet reads the batch's own offset ranges again
+                    reload = self._speculate(source, expected, batch_id)
                 batch = source if reload is None else reload.rest
                 if batch is None:  # the reload is all the batch holds: nothing to scan
                     batch = self._spark.createDataFrame([], source.schema)
@@ -216,7 +224,9 @@ class BatchProcessor:
         try:
             if reload is not None:
                 found.offsets.update(reload.offsets)
-            changes = BatchChanges(offsets=found.offsets)
+            for key, offset in plan.processed.items():  # up to a cut: held back after it
+                found.offsets[key] = max(offset, found.offsets.get(key, -1))
+            changes = BatchChanges(offsets=found.offsets, held=plan.held, awaits=plan.awaits)
             topics = {topic for topic, _ in found.offsets}
             with steps("commits"):
                 commits, bad = self._read_commits(df, topics)

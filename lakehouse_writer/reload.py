@@ -39,6 +39,7 @@ from lakehouse_writer.apply import (
     truncate_row,
     unique_keys,
 )
+from lakehouse_writer.ranges import OffsetRanges, range_read
 from lakehouse_writer.read import avro_struct, body_column, split_parsed
 from lakehouse_writer.truncate import Truncate, distinct_truncates
 
@@ -50,65 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OffsetRanges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [from, until)
 _COUNTED = ("T", *UPSERT_TYPES)  # the types of a reload; any other is counted as "other"
 DRIVER_CHECK_MAX_ROWS = 10_000_000  # above: the keys are checked by Spark, not on the driver
-
-
-def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
-    """The Kafka offset ranges a ``foreachBatch`` frame reads, from its RDD's partitions.
-
-    None when they are not found (not a Kafka source, or Spark's classes differ).
-    """
-    from py4j.protocol import Py4JError
-
-    spark = batch.sparkSession
-    convert = spark._jvm.scala.jdk.javaapi.CollectionConverters  # type: ignore[attr-defined]
-    try:
-        pending = [batch._jdf.queryExecution().analyzed().rdd()]
-        while pending:
-            rdd = pending.pop()
-            if rdd.getClass().getSimpleName() == "DataSourceRDD":
-                ranges: OffsetRanges = {}
-                for part in rdd.partitions():
-                    for split in convert.asJava(part.inputPartitions()):
-                        r = split.offsetRange()
-                        ranges[(str(r.topic()), int(r.partition()))] = (
-                            int(r.fromOffset()), int(r.untilOffset()),
-                        )  # fmt: skip
-                return ranges
-            pending += [d.rdd() for d in convert.asJava(rdd.dependencies())]
-    except Py4JError as exc:
-        log.debug("offset ranges of the batch not found: %s", exc)
-    return None
-
-
-def range_read(
-    spark: SparkSession,
-    options: Mapping[str, str],
-    ranges: OffsetRanges,
-    min_partitions: int | None = None,
-) -> DataFrame | None:
-    """A Kafka batch read of exactly ``ranges``; None when they hold no offsets.
-
-    ``min_partitions``: split the ranges into at least this many Spark tasks.
-    """
-    wanted = {k: v for k, v in ranges.items() if v[1] > v[0]}
-    if not wanted:
-        return None
-    assign: dict[str, list[int]] = {}
-    for topic, partition in sorted(wanted):
-        assign.setdefault(topic, []).append(partition)
-    start = {t: {str(p): wanted[(t, p)][0] for p in parts} for t, parts in assign.items()}
-    end = {t: {str(p): wanted[(t, p)][1] for p in parts} for t, parts in assign.items()}
-    reader = spark.read.format("kafka").options(**options)
-    if min_partitions:
-        reader = reader.option("minPartitions", str(min_partitions))
-    return (
-        reader.option("assign", json.dumps(assign))
-        .option("startingOffsets", json.dumps(start))
-        .option("endingOffsets", json.dumps(end)).load()
-    )  # fmt: skip
 
 
 def refusal(summary: RowSummary, undecoded: int, applied: Sequence[Truncate]) -> str | None:

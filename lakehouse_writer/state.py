@@ -14,7 +14,12 @@ What a restart must not forget is appended once per micro-batch, as the batch's 
 - ``truncate``: a TRUNCATE applied to a table (``record``: its time and scope as JSON), read
   by :class:`~lakehouse_writer.truncate.TruncateLog` of every writer instance. Compaction keeps
   these rows (one per TRUNCATE applied; the log, when loaded, leaves out those a later
-  whole-table TRUNCATE of their table makes moot).
+  whole-table TRUNCATE of their table makes moot);
+- ``held``: a partition's offsets held back for the next batch (``offset``: the first,
+  ``record``: ``{"until": n}``; :mod:`lakehouse_writer.holdback`). Each batch that writes
+  state replaces the held ranges of the batch before;
+- ``awaits``: where the next batch reads ``_commits`` from (``partition``, ``offset``), with
+  the same lifetime as ``held``.
 
 Rows carry the writer instance id (one per checkpoint) and the batch id. As the state is
 written last, a batch id it already holds is a batch whose every write happened: a replay of
@@ -30,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.commits import CommitRecord
+from lakehouse_writer.holdback import held_record, held_until
+from lakehouse_writer.ranges import OffsetRanges
 from lakehouse_writer.system_tables import local_frame
 from lakehouse_writer.tables import no_data_files
 
@@ -46,7 +53,8 @@ STATE_SCHEMA = (
 )
 COMPACT_EVERY = 200  # batches; bounds the rows and files a restart reads
 TRUNCATE = "truncate"  # the kind of a TRUNCATE's row
-_KIND_ORDER = {"offset": 0, "table": 1, "pending": 2, "done": 3, "stopped": 4}
+_KIND_ORDER = {"offset": 0, "table": 1, "pending": 2, "done": 3, "stopped": 4, "held": 5,
+               "awaits": 6}  # fmt: skip
 
 
 @dataclass
@@ -61,6 +69,8 @@ class BatchChanges:
         stopped: Tables stopped in this batch, with their error.
         truncates: TRUNCATEs applied in this batch: (table, ``record`` JSON) pairs
             (:meth:`~lakehouse_writer.truncate.TruncateLog.record`).
+        held: Offsets held back for the next batch, ``[from, until)`` per partition.
+        awaits: Where the next batch reads commit records from, per ``_commits`` partition.
     """
 
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -69,6 +79,8 @@ class BatchChanges:
     done: list[str] = field(default_factory=list)
     stopped: dict[str, str] = field(default_factory=dict)
     truncates: list[tuple[str, str]] = field(default_factory=list)
+    held: OffsetRanges = field(default_factory=dict)
+    awaits: dict[int, int] = field(default_factory=dict)
 
     def rows(self, instance: str, batch_id: int) -> list[tuple[Any, ...]]:
         """The ``_writer_state`` rows of these changes."""
@@ -95,6 +107,11 @@ class BatchChanges:
             *(row("done", commit_id=c) for c in self.done),
             *(row("stopped", table=t, error=e) for t, e in self.stopped.items()),
             *(row(TRUNCATE, table=t, record=r) for t, r in self.truncates),
+            *(
+                row("held", topic=t, partition=p, offset=first, record=held_record(until))
+                for (t, p), (first, until) in self.held.items()
+            ),
+            *(row("awaits", partition=p, offset=o) for p, o in self.awaits.items()),
         ]
 
 
@@ -108,6 +125,8 @@ class WriterState:
         versions: Delta version of each applied table after its last batch.
         pending: Commit records waiting for rows, by commit id.
         stopped: Stopped tables and why.
+        held: Offsets the last batch held back (:mod:`lakehouse_writer.holdback`).
+        awaits: Where the next batch reads ``_commits`` from, per partition.
     """
 
     last_batch: int = -1
@@ -115,6 +134,8 @@ class WriterState:
     versions: dict[str, int] = field(default_factory=dict)
     pending: dict[str, CommitRecord] = field(default_factory=dict)
     stopped: dict[str, str] = field(default_factory=dict)
+    held: OffsetRanges = field(default_factory=dict)
+    awaits: dict[int, int] = field(default_factory=dict)
 
     def merged_offsets(self, new: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """The offsets after a batch that processed up to ``new``."""
@@ -131,12 +152,15 @@ class WriterState:
         for commit_id in changes.done:
             self.pending.pop(commit_id, None)
         self.stopped.update(changes.stopped)
+        self.held = dict(changes.held)
+        self.awaits = dict(changes.awaits)
         self.last_batch = max(self.last_batch, batch_id)
 
     def live(self) -> BatchChanges:
         """The state as one set of changes (what compaction keeps)."""
         return BatchChanges(dict(self.offsets), dict(self.versions), list(self.pending.values()),
-                            [], dict(self.stopped))  # fmt: skip
+                            [], dict(self.stopped), held=dict(self.held),
+                            awaits=dict(self.awaits))  # fmt: skip
 
 
 class StateStore:
@@ -218,6 +242,8 @@ class StateStore:
 
 
 def _fold(state: WriterState, row: Any) -> None:
+    if row.batch_id > state.last_batch:
+        state.held, state.awaits = {}, {}  # a later batch's state replaces them
     if row.kind == "offset":
         state.offsets[(row.topic, row.partition)] = max(
             row.offset, state.offsets.get((row.topic, row.partition), -1)
@@ -231,4 +257,8 @@ def _fold(state: WriterState, row: Any) -> None:
         state.pending.pop(row.commit_id, None)
     elif row.kind == "stopped":
         state.stopped[row.table] = row.error
+    elif row.kind == "held":
+        state.held[(row.topic, row.partition)] = (row.offset, held_until(row.record))
+    elif row.kind == "awaits":
+        state.awaits[row.partition] = row.offset
     state.last_batch = max(state.last_batch, row.batch_id)

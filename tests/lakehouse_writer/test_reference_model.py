@@ -282,18 +282,14 @@ def physically_present(table: Path, seqs: frozenset[int]) -> set[int]:
     return present
 
 
-def mismatches(spark: Any, lake: Path, flow: Flow, strict: bool, split: bool) -> list[str]:
-    """One readable report per sequence whose lakehouse differs from the model.
-
-    Unless ``strict``, the known writer bugs (``known_gaps`` of the model module) are tolerated.
-    """
+def mismatches(spark: Any, lake: Path, flow: Flow) -> list[str]:
+    """One readable report per sequence whose lakehouse differs from the model."""
     got_rows, rejected = lake_rows(spark, lake, flow), rejected_offsets(spark, lake)
     reports = []
     for seq in flow.sequences:
         positions = flow.positions[seq.name]
-        gaps = model.KnownGaps() if strict else model.known_gaps(seq, split, positions)
         problems = compare(seq, model.expected(seq, positions), got_rows[seq.name], rejected, flow,
-                           lake, gaps)  # fmt: skip
+                           lake)  # fmt: skip
         if problems:
             reports.append("\n".join([model.describe(seq, positions), *problems]))
     return reports
@@ -301,12 +297,10 @@ def mismatches(spark: Any, lake: Path, flow: Flow, strict: bool, split: bool) ->
 
 def compare(
     seq: model.Sequence, want: model.Expected, got: list[tuple[Any, ...]],
-    rejected: set[tuple[str, int, int]], flow: Flow, lake: Path, gaps: model.KnownGaps,
+    rejected: set[tuple[str, int, int]], flow: Flow, lake: Path,
 ) -> list[str]:  # fmt: skip
     """What differs between the model's ``want`` and the lakehouse, as text lines."""
-    problems, width = [], len(seq.keys)
-    want_rows = [r for r in want.rows if r[:width] not in gaps.keys]
-    got = [r for r in got if r[:width] not in gaps.keys]
+    problems, want_rows = [], want.rows
     if got != want_rows:
         missing = [r for r in want_rows if r not in got]
         extra = [r for r in got if r not in want_rows]
@@ -347,16 +341,14 @@ def check_flows(harness: Harness, count: int, scoped: bool, split_batches: bool 
     )
 
 
-def apply_groups(
-    harness: Harness, flows: list[Flow], strict: bool = False, batches: int = 1
-) -> list[str]:
+def apply_groups(harness: Harness, flows: list[Flow], batches: int = 1) -> list[str]:
     """:func:`apply_group` of every flow, :data:`WRITERS` at a time; the reports in order."""
     with ThreadPoolExecutor(WRITERS, thread_name_prefix="refmodel") as pool:
-        applied = [pool.submit(apply_group, harness, flow, strict, batches) for flow in flows]
+        applied = [pool.submit(apply_group, harness, flow, batches) for flow in flows]
         return [report for future in applied for report in future.result()]
 
 
-def apply_group(harness: Harness, flow: Flow, strict: bool = False, batches: int = 1) -> list[str]:
+def apply_group(harness: Harness, flow: Flow, batches: int = 1) -> list[str]:
     """Produce a group, apply it (one writer run, two when some sequences pause), compare."""
     rows = sum(1 for s in flow.sequences for _ in s.changes())
     limit = max(2, rows // batches) if batches > 1 else None
@@ -372,7 +364,7 @@ def apply_group(harness: Harness, flow: Flow, strict: bool = False, batches: int
     run_writer(harness.bootstrap, lake, checkpoint, flow, limit)
     flow.positions = read_back(harness.bootstrap, flow)
     check_landing(flow)
-    return mismatches(harness.spark, lake, flow, strict, split=batches > 1)
+    return mismatches(harness.spark, lake, flow)
 
 
 def test_writer_agrees_with_the_reference_model(harness):
@@ -386,12 +378,11 @@ def test_writer_agrees_with_the_reference_model_at_length(harness):
 
 
 @pytest.mark.parametrize(("pinned", "batches"), [
-    pytest.param(seq, batches, marks=pytest.mark.xfail(strict=True, reason=reason), id=name)
-    for name, (seq, batches, reason) in model.KNOWN_WRITER_BUGS.items()
+    pytest.param(seq, batches, id=name) for name, (seq, batches) in model.CAPPED_BATCHES.items()
 ])  # fmt: skip
-def test_known_writer_bug(harness, pinned, batches):
-    """The minimal sequences of the bugs ``known_gaps`` tolerates, compared strictly."""
-    reports = apply_group(harness, Flow.of([pinned]), strict=True, batches=batches)
+def test_capped_batches_apply_transactions_whole_and_in_commit_order(harness, pinned, batches):
+    """Where a capped batch ends changes nothing: the model's result, compared strictly."""
+    reports = apply_group(harness, Flow.of([pinned]), batches=batches)
     assert not reports, "\n\n".join(reports)
 
 
@@ -404,7 +395,7 @@ def test_fixed_writer_bugs(harness):
     cases = list(model.FIXED_WRITER_BUGS.items())
     seqs = [replace(seq, name=f"S{i:03d}") for i, (_, seq) in enumerate(cases)]
     half = (len(seqs) + 1) // 2
-    reports = apply_groups(harness, [Flow.of(seqs[:half]), Flow.of(seqs[half:])], strict=True)
+    reports = apply_groups(harness, [Flow.of(seqs[:half]), Flow.of(seqs[half:])])
     names = ", ".join(f"S{i:03d}={name}" for i, (name, _) in enumerate(cases))
     assert not reports, f"tables: {names}\n\n" + "\n\n".join(reports)
 

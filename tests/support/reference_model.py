@@ -303,41 +303,7 @@ def _numbered(seq: Sequence) -> Sequence:
     return replace(seq, transactions=tuple(txns))
 
 
-# -- known writer bugs: not DESIGN; tolerated by the test, each pinned by an xfail case ----
-
-
-@dataclass(frozen=True)
-class KnownGaps:
-    """What a known writer bug may get wrong in one sequence; the rest is compared.
-
-    Attributes:
-        keys: Keys whose rows are not compared.
-    """
-
-    keys: frozenset[tuple[Any, ...]] = frozenset()
-
-
-def known_gaps(seq: Sequence, split: bool, positions: Mapping[int, Position]) -> KnownGaps:
-    """Where the known writer bugs (:data:`KNOWN_WRITER_BUGS`) can show in ``seq``; ``split``:
-    the writer's micro-batches were capped, so transactions may span batches; ``positions``:
-    where each row landed (SEQ -> (partition, offset)), as read back."""
-    keys: set[tuple[Any, ...]] = set()
-    if not (split and seq.keys):
-        return KnownGaps()
-    partitions: dict[tuple[Any, ...], set[Any]] = {}
-    for txn in seq.transactions:
-        if not txn.committed:
-            continue
-        mine = [_key(seq, c) for c in txn.changes if c.code != "T"]
-        for change in txn.changes:
-            if change.code != "T":  # transaction-split-across-batches
-                key = _key(seq, change)
-                keys |= {key} if mine.count(key) > 1 or change.code == "B" else set()
-                landed = positions.get(change.seq)
-                partitions.setdefault(key, set()).add(landed[0] if landed else change.partition)
-    # delete-overtaken-across-partitions: a key whose rows travel two partitions
-    keys |= {key for key, where in partitions.items() if len(where) > 1}
-    return KnownGaps(frozenset(keys))
+# -- pinned sequences ----------------------------------------------------------------------
 
 
 def _key(seq: Sequence, change: Change) -> tuple[Any, ...]:
@@ -432,27 +398,25 @@ FIXED_WRITER_BUGS: dict[str, Sequence] = {
 """Minimal sequences of writer bugs found by the random test and fixed; each runs strictly,
 all in one micro-batch (where the bugs showed)."""
 
-KNOWN_WRITER_BUGS: dict[str, tuple[Sequence, int, str]] = {
+CAPPED_BATCHES: dict[str, tuple[Sequence, int]] = {
+    # a transaction split by the batch end: its D (p0, 2nd batch) deleted the I of p1 (1st
+    # batch), though the last row by (partition, offset) is the I
     "transaction-split-across-batches": (
         Sequence("S000", ("K1",), 2, (transaction(("A", 2, 0, 1000), ("D", 1, 0, 1001),
                                                   ("I", 1, 1, 1002)),), 1), 2,
-        "writer bug: when --max-offsets-per-trigger splits a transaction, its rows of one key "
-        "apply batch by batch (equal __change_time: the later batch wins) instead of the last "
-        "by (partition, offset): here D (p0, 2nd batch) deletes the I of p1 (1st batch); "
-        "also a P then keeps an image of its own transaction, a split B/U pair moves nothing",
     ),
+    # a capped batch takes partitions in proportion: a later transaction's D on p0 (1st
+    # batch) was applied before an earlier transaction's I of the key on p1 (3rd batch)
     "delete-overtaken-across-partitions": (
         Sequence("S000", ("K1",), 2, (
             transaction(("A", 2, 1, 1000), ("A", 3, 1, 1001), ("I", 1, 1, 1002)),
             transaction(("D", 1, 0, 1003)),
         ), 2), 3,
-        "writer bug: a capped batch takes partitions in proportion, so a later transaction's "
-        "D on p0 (1st batch) can be applied before an earlier transaction's I of the same key "
-        "on p1 (3rd batch); a delete leaves no tombstone, so the I brings the row back",
     ),
 }  # fmt: skip
-"""Minimal sequences of the bugs :func:`known_gaps` tolerates: (sequence, micro-batches per
-writer run, what goes wrong)."""
+"""Writer bugs of capped micro-batches (``--max-offsets-per-trigger``), fixed by applying
+transactions whole and in commit order (``lakehouse_writer.holdback``): (sequence,
+micro-batches per writer run); each runs strictly."""
 
 
 # -- rendering --------------------------------------------------------------------------------
