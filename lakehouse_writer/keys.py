@@ -94,7 +94,10 @@ def key_header_column() -> Column:
 
 
 def key_problem(
-    value: Column, schema: ValueSchema, keys: Sequence[tuple[KeySchemaRef, Column]]
+    value: Column,
+    schema: ValueSchema,
+    keys: Sequence[tuple[KeySchemaRef, Column]],
+    located: bool = True,
 ) -> Column:
     """Null where the row's key agrees with its decoded ``value``; else why not (see above).
 
@@ -103,6 +106,8 @@ def key_problem(
         schema: Its value schema.
         keys: The key writer schemas the rows' keys may have, each with the key decoded
             with it (:func:`decoded_key`; null where the key has another header).
+        located: End the reason with where the row was read; False where only whether
+            there is one matters (spares every row the text of its position).
 
     Reads the columns ``key``, ``topic``, ``partition`` and ``offset`` of the frame.
     """
@@ -113,20 +118,33 @@ def key_problem(
     missing = None if not schema.pks else f"Kafka key missing: table {table} has a primary key"
     reason = F.when(F.col("key").isNull(), F.lit(missing).cast("string"))
     for ref, key in keys:
-        reason = reason.when(header == F.lit(bytes(ref.header)),
-                             _agreement(value, schema, ref, key))  # fmt: skip
+        reason = reason.when(
+            header == F.lit(bytes(ref.header)), _agreement(value, schema, ref, key)
+        )
     reason = reason.when(
         header.isNull(),
-        F.lit(f"Kafka key of table {table} has neither a Confluent (0x00 + id) nor a "
-              "single-object (0xC3 0x01 + fingerprint) header"),
-    ).otherwise(F.concat(
-        F.lit(f"Kafka key of table {table} has an unknown writer schema (header 0x"),
-        F.lower(F.hex(header)), F.lit(")"),
-    ))  # fmt: skip
+        F.lit(
+            f"Kafka key of table {table} has neither a Confluent (0x00 + id) nor a "
+            "single-object (0xC3 0x01 + fingerprint) header"
+        ),
+    ).otherwise(
+        F.concat(
+            F.lit(f"Kafka key of table {table} has an unknown writer schema (header 0x"),
+            F.lower(F.hex(header)),
+            F.lit(")"),
+        )
+    )
+    if not located:
+        return F.when(value.isNotNull(), reason)
     where = F.concat(
-        F.lit(" (topic "), F.col("topic"), F.lit(", partition "), F.col("partition").cast("string"),
-        F.lit(", offset "), F.col("offset").cast("string"), F.lit(")"),
-    )  # fmt: skip
+        F.lit(" (topic "),
+        F.col("topic"),
+        F.lit(", partition "),
+        F.col("partition").cast("string"),
+        F.lit(", offset "),
+        F.col("offset").cast("string"),
+        F.lit(")"),
+    )
     return F.when(value.isNotNull(), F.concat(reason, where))
 
 
@@ -143,9 +161,12 @@ def decoded_key(ref: KeySchemaRef) -> Column:
 
 
 def with_key_check(
-    frame: DataFrame, struct: str, schema: ValueSchema, keys: Sequence[KeySchemaRef],
+    frame: DataFrame,
+    struct: str,
+    schema: ValueSchema,
+    keys: Sequence[KeySchemaRef],
     problem: str | None = None,
-) -> DataFrame:  # fmt: skip
+) -> DataFrame:
     """``frame`` with ``struct`` (a decoded value column) null where its key disagrees.
 
     The keys are decoded in one projection (beside ``struct``'s decode) and compared in the
@@ -160,9 +181,8 @@ def with_key_check(
     frame = frame.withColumns(
         {n: F.when(value.isNotNull(), decoded_key(ref)) for n, ref in zip(names, keys, strict=True)}
     )
-    reason = key_problem(
-        value, schema, [(ref, F.col(n)) for ref, n in zip(keys, names, strict=True)]
-    )
+    decoded = [(ref, F.col(n)) for ref, n in zip(keys, names, strict=True)]
+    reason = key_problem(value, schema, decoded, located=problem is not None)
     if problem is not None:
         frame = frame.withColumn(problem, reason)
         reason = F.col(problem)
@@ -180,15 +200,19 @@ def _agreement(value: Column, schema: ValueSchema, ref: KeySchemaRef, key: Colum
     wanted = list(schema.pks) or [CHANGE_TIME]
     names = [f.name for f in fields]
     if names != wanted:
-        return F.lit(f"Kafka key of table {table} holds the fields {names} ({tag}); the "
-                     f"value's key fields are {wanted}")  # fmt: skip
+        return F.lit(
+            f"Kafka key of table {table} holds the fields {names} ({tag}); the "
+            f"value's key fields are {wanted}"
+        )
     pairs = []
     for key_field in fields:
         value_field = schema.fields.get(key_field.name) or _TECHNICAL[key_field.name]
         if key_field.type.to_avro() != value_field.type.to_avro():
-            return F.lit(f"Kafka key of table {table}: key field {key_field.name} is "
-                         f"{json.dumps(key_field.type.to_avro())} in the key ({tag}) but "
-                         f"{json.dumps(value_field.type.to_avro())} in the value")  # fmt: skip
+            return F.lit(
+                f"Kafka key of table {table}: key field {key_field.name} is "
+                f"{json.dumps(key_field.type.to_avro())} in the key ({tag}) but "
+                f"{json.dumps(value_field.type.to_avro())} in the value"
+            )
         pairs.append((key_field, value_field))
     broken = key.isNull()
     for key_field, _ in pairs:
@@ -196,11 +220,15 @@ def _agreement(value: Column, schema: ValueSchema, ref: KeySchemaRef, key: Colum
     differences = [
         F.when(
             ~key.getField(k.avro_name).eqNullSafe(value.getField(v.avro_name)),
-            F.concat(F.lit(f"key field {k.name}: key "), _shown(key.getField(k.avro_name), k),
-                     F.lit(", value "), _shown(value.getField(v.avro_name), v)),
+            F.concat(
+                F.lit(f"key field {k.name}: key "),
+                _shown(key.getField(k.avro_name), k),
+                F.lit(", value "),
+                _shown(value.getField(v.avro_name), v),
+            ),
         )
         for k, v in pairs
-    ]  # fmt: skip
+    ]
     disagree = F.concat(
         F.lit(f"Kafka key disagrees with the value: table {table}, "),
         F.concat_ws("; ", *differences),

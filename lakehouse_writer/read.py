@@ -379,9 +379,12 @@ def _stop(
 
 
 def parse_rows(
-    rows: DataFrame, tag: str, schema_json: str, schema: ValueSchema | None = None,
+    rows: DataFrame,
+    tag: str,
+    schema_json: str,
+    schema: ValueSchema | None = None,
     keys: tuple[KeySchemaRef, ...] = (),
-) -> DataFrame:  # fmt: skip
+) -> DataFrame:
     """Where each row was read, and its decoded value ``__r`` (null when it does not decode).
 
     The raw bytes are left out: the writer persists this frame, and a copy of every value
