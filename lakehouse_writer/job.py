@@ -113,7 +113,7 @@ class BatchProcessor:
         self._settings = settings
         self._instance = instance_id
         self._lake = settings.lakehouse_path.rstrip("/")
-        self._tables = TableManager(spark, self._lake)
+        self._tables = TableManager(spark, self._lake, settings.deletion_vectors)
         self._catalog = SchemaCatalog(settings.kafka_client_conf(), settings.schemas_topic,
                                       settings.schema_registry_url)  # fmt: skip
         self._store = StateStore(spark, f"{self._lake}/{STATE}", instance_id)
@@ -614,6 +614,16 @@ def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> N
     query.stop()
 
 
+def whole_names(regex: str) -> str:
+    """``regex`` anchored to whole topic names.
+
+    Spark's Kafka source finds the pattern anywhere in a name (``Regex.findFirstIn``): alone,
+    ``orders`` would subscribe ``backorders`` too. The writer's own topic filter
+    (:class:`~lakehouse_writer.topics.TopicPattern`) and the docs mean the whole name.
+    """
+    return f"^(?:{regex})$"
+
+
 def start(
     spark: SparkSession, settings: LakehouseSettings, once: bool,
     connect_timeout_s: float | None = None,
@@ -628,7 +638,7 @@ def start(
     ours = TopicPattern(spark, settings.topics_regex)
     probe_kafka(settings.kafka_client_conf(), connect_timeout(connect_timeout_s))
     options: dict[str, Any] = source_options(settings)
-    options["subscribePattern"] = settings.topics_regex
+    options["subscribePattern"] = whole_names(settings.topics_regex)
     if settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
     instance = txn.instance_id(settings.checkpoint_path)
@@ -669,6 +679,7 @@ def run(
     processor: BatchProcessor | None = None
     try:
         query, processor = start(spark, settings, once, connect_timeout_s)
+        write_status(settings.checkpoint_path, processor.last)  # "running": status, resume-table
         _drive(query, processor, settings.checkpoint_path, stop or threading.Event())
     except Exception as exc:
         stats, known = (processor.last, processor.failure) if processor else (None, None)

@@ -91,3 +91,34 @@ def test_writer_applies_committed_transactions_and_rejects_poison(
     # a second run finds nothing new and changes nothing
     assert main(argv) == 0
     assert spark.read.format("delta").load(str(lake / "_rejected")).count() == 3
+
+
+def test_the_topics_regex_names_whole_topics(
+    spark, kafka_bootstrap, kafka_admin, new_topic, tmp_path, monkeypatch
+):
+    """``--topics X`` reads X, not ``X_more``: Spark alone would find X inside the name."""
+    from confluent_kafka.admin import NewTopic
+
+    topic, schemas = new_topic(), new_topic(suffix="_schemas")
+    longer = f"{topic}_more"
+    kafka_admin.create_topics([NewTopic(longer, 1, 1)])[longer].result(timeout=30)
+    try:
+        for name, target in ((topic, "ORDERS"), (longer, "OTHER")):
+            schema = sample_schema(name=target)
+            publish_schemas(kafka_bootstrap, name, schemas, schema)
+            produce_transaction(kafka_bootstrap, name, schema, [
+                {"ID": 1, "NAME": target, "__change_type": "I", "__change_time": T0 + 1},
+            ])  # fmt: skip
+        lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
+        monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
+        argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
+                "--topics", topic, "--bootstrap-servers", kafka_bootstrap]  # fmt: skip
+        assert main(argv) == 0
+    finally:
+        kafka_admin.delete_topics([longer])[longer].result(timeout=30)
+
+    rows = spark.read.format("delta").load(str(lake / "SHOP" / "ORDERS")).collect()
+    assert [(r.ID, r.NAME) for r in rows] == [(1, "ORDERS")]
+    assert not (lake / "SHOP" / "OTHER").exists()
+    status = json.loads((ckpt / "writer_status.json").read_text())
+    assert set(status["lag"]) == {topic}
