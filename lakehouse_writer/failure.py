@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SecretStr
 
+from lakehouse_writer.data_loss import data_gap_cause
 from lakehouse_writer.errors import LakehouseWriterError, WriterFailed
 from lakehouse_writer.status import BatchStats, write_status
 from lakehouse_writer.storage import CheckpointFiles, StorageError
@@ -88,6 +89,9 @@ def report_failure(
             a query that failed in a batch knows it only as a Python proxy's text).
     """
     failure = failure or Failure.of(exc, secrets_of(settings))
+    gap = data_gap_cause(failure.trace, settings.kafka_client_conf())
+    if gap is not None:  # Spark names only the consumer's OffsetOutOfRangeException
+        failure = replace(failure, cause=gap)
     trace = record_failure(settings.checkpoint_path, stats or BatchStats(), failure)
     error = WriterFailed(failure.cause, trace=trace or None)
     log.debug("writer failed; trace:\n%s", failure.trace)

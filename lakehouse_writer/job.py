@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer import txn
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
+from lakehouse_writer.checkpoint_guard import check_checkpoint
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
@@ -49,6 +50,7 @@ from lakehouse_writer.session import require_classic
 from lakehouse_writer.small import SmallChanges
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, record_lag, write_status
+from lakehouse_writer.storage import CheckpointFiles
 from lakehouse_writer.system_tables import (
     REJECTED,
     append_system,
@@ -641,7 +643,13 @@ def start(
     options["subscribePattern"] = whole_names(settings.topics_regex)
     if settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
+    fresh = CheckpointFiles(settings.checkpoint_path, spark).read("metadata") is None
     instance = txn.instance_id(settings.checkpoint_path)
+    if fresh:  # a new (or lost) checkpoint: no other instance may have applied our topics
+        system = {settings.commits_topic, settings.execution_log_topic, settings.lineage_topic,
+                  settings.schemas_topic}  # fmt: skip
+        check_checkpoint(spark, settings.lakehouse_path, settings.checkpoint_path, instance,
+                         lambda topic: topic not in system and ours(topic))  # fmt: skip
     processor = BatchProcessor(spark, settings, instance, warm=not once, ours=ours)
     writer = (
         spark.readStream.format("kafka").options(**options).load()

@@ -73,10 +73,6 @@ def test_the_guard_names_the_instance_whose_progress_the_lakehouse_holds(
     assert _ids(spark, lost["lake"]) == Counter({1: 1, 2: 1, 3: 1})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lakehouse_writer/job.py does not call checkpoint_guard.check_checkpoint yet (H3)",
-)
 def test_a_writer_whose_checkpoint_was_deleted_stops_and_applies_nothing_twice(
     spark, applied_then_checkpoint_lost
 ):

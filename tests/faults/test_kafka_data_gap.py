@@ -93,9 +93,9 @@ def test_records_deleted_before_the_writer_read_them_stop_it_every_time(
     assert gap.table_ids == [1, 2, 3], "rows after the gap were applied"
     for status in gap.statuses:
         assert status["state"] == "failed", status
-        assert f"{gap.topic}-0" in status["error"], status  # Spark's own words name it
-        assert f"offset={gap.first_lost}" in status["error"], status
-    # What the writer should say instead (lakehouse_writer.data_loss), from the real trace.
+        assert f"topic {gap.topic} partition 0" in status["error"], status  # both starts
+        assert f"offsets {gap.first_lost} to {gap.last_lost}" in status["error"], status
+    # lakehouse_writer.data_loss reads it from the real trace, with Kafka and without
     cause = data_gap_cause(gap.trace, {"bootstrap.servers": kafka_bootstrap})
     assert cause is not None
     assert (f"topic {gap.topic} partition 0 no longer holds offsets {gap.first_lost} to "
@@ -103,10 +103,6 @@ def test_records_deleted_before_the_writer_read_them_stop_it_every_time(
     assert data_gap_cause(gap.trace) is not None  # without Kafka: the first lost offset
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lakehouse_writer/failure.py does not call data_loss.data_gap_cause yet (H3 report)",
-)
 def test_the_status_of_a_writer_stopped_by_a_gap_names_the_lost_offsets(
     spark, kafka_bootstrap, kafka_admin, new_topic, tmp_path, monkeypatch
 ):
