@@ -70,6 +70,7 @@ class SchemaCatalog:
         self._next_offset: dict[str, int] = {}
         self._registry_records: dict[str, int] = {}  # topic -> registry records skipped
         self._registry_keys: dict[str, list[KeySchemaRef]] = {}  # topic -> its key versions
+        self._keys_by_topic: dict[str, list[KeySchemaRef]] | None = None  # of the topics read
 
     def by_fingerprint(self, fingerprints: set[str]) -> dict[str, CatalogEntry]:
         """Entries of the given fingerprints (hex); unknown ones are absent from the result."""
@@ -105,16 +106,23 @@ class SchemaCatalog:
         """
         if not topic:
             return []
-        found = []
+        if self._keys_by_topic is None:
+            self._keys_by_topic = self._index_keys()
+        return self._keys_by_topic.get(topic, []) + self._registry_key_schemas(topic)
+
+    def _index_keys(self) -> dict[str, list[KeySchemaRef]]:
+        """The key records of both catalog topics by the topic they are for."""
+        index: dict[str, list[KeySchemaRef]] = {}
         for entries in (self._by_fingerprint, self._legacy_entries):
             for fingerprint, entry in entries.items():
-                if entry.kind == "key" and entry.topic == topic:
-                    try:
-                        header = single_object_header(bytes.fromhex(fingerprint))
-                    except (ValueError, SchemaError):
-                        continue  # a bad record; logged where its rows are rejected
-                    found.append(KeySchemaRef(header, entry.schema_json))
-        return found + self._registry_key_schemas(topic)
+                if entry.kind != "key" or not entry.topic:
+                    continue
+                try:
+                    header = single_object_header(bytes.fromhex(fingerprint))
+                except (ValueError, SchemaError):
+                    continue  # a bad record: keys framed with it are unknown (rejected)
+                index.setdefault(entry.topic, []).append(KeySchemaRef(header, entry.schema_json))
+        return index
 
     def _registry_key_schemas(self, topic: str) -> list[KeySchemaRef]:
         if not self._registry_url:
@@ -224,6 +232,7 @@ class SchemaCatalog:
             )
             return
         into.pop(record.fingerprint, None)  # keep the order of the latest records
+        self._keys_by_topic = None  # indexed again when next asked
         into[record.fingerprint] = CatalogEntry(record.schema_json, record.kind, record.topic)
 
     def _fetch_registry(self, schema_id: int) -> CatalogEntry | None:

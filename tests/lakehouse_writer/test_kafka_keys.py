@@ -48,13 +48,29 @@ def _send(bootstrap: str, topic: str, messages: Sequence[Message]) -> None:
 
 
 def _row(i: int, change: str = "I", t: int = 1, **more: Any) -> dict[str, Any]:
-    return {"ID": i, "NAME": f"n{i}", "REGION": "A", "__change_type": change,
-            "__change_time": T0 + t, **more}  # fmt: skip
+    return {
+        "ID": i,
+        "NAME": f"n{i}",
+        "REGION": "A",
+        "__change_type": change,
+        "__change_time": T0 + t,
+        **more,
+    }
 
 
 def _run(lake: Path, ckpt: Path, topic: str, bootstrap: str, max_offsets: int | None) -> None:
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", topic, "--bootstrap-servers", bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        topic,
+        "--bootstrap-servers",
+        bootstrap,
+    ]
     if max_offsets:
         argv += ["--max-offsets-per-trigger", str(max_offsets)]
     assert main(argv) == 0
@@ -135,14 +151,18 @@ def test_keys_that_do_not_decode_are_unknown_or_missing_are_rejected_each_with_i
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     key_header = single_object_header(schema_fingerprint(KeySchema(schema).to_avro_json()))
     value = {i: encode_row(schema, _row(i))[1] for i in range(1, 7)}
-    _send(kafka_bootstrap, topic, [
-        encode_row(schema, _row(1)),
-        (key_header, value[2]),  # the key schema's header, no body: does not decode
-        (b"\xc3\x01" + b"\x07" * 8 + b"\x06", value[3]),  # a fingerprint nobody registered
-        (b"3", value[4]),  # no header
-        (None, value[5]),  # no key at all, for a table with a primary key
-        encode_row(schema, _row(6)),
-    ])  # fmt: skip
+    _send(
+        kafka_bootstrap,
+        topic,
+        [
+            encode_row(schema, _row(1)),
+            (key_header, value[2]),  # the key schema's header, no body: does not decode
+            (b"\xc3\x01" + b"\x07" * 8 + b"\x06", value[3]),  # a fingerprint nobody registered
+            (b"3", value[4]),  # no header
+            (None, value[5]),  # no key at all, for a table with a primary key
+            encode_row(schema, _row(6)),
+        ],
+    )
 
     _run(lake, ckpt, topic, kafka_bootstrap, None)
 
@@ -166,20 +186,30 @@ def test_keys_that_agree_apply_on_every_row_type(spark, kafka_bootstrap, setup):
     schema = sample_schema()
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     rows = [
-        _row(1, "I"), _row(2, "I"), _row(3, "A"), _row(4, "I"), _row(5, "I"), _row(6, "I"),
-        _row(7, "I"), {**_row(1, "U", t=2), "NAME": "u1"},
-        _row(2, "B", t=2), {**_row(20, "U", t=2), "NAME": "moved"},  # 2 moved to 20
+        _row(1, "I"),
+        _row(2, "I"),
+        _row(3, "A"),
+        _row(4, "I"),
+        _row(5, "I"),
+        _row(6, "I"),
+        _row(7, "I"),
+        {**_row(1, "U", t=2), "NAME": "u1"},
+        _row(2, "B", t=2),
+        {**_row(20, "U", t=2), "NAME": "moved"},  # 2 moved to 20
         {"ID": 3, "__change_type": "D", "__change_time": T0 + 2},
         {"ID": 4, "__change_type": "X", "__change_time": T0 + 2},
         {"ID": 5, "__change_type": "G", "__change_time": T0 + 2},
         _row(6, "P", t=2),
-    ]  # fmt: skip
+    ]
     _send(kafka_bootstrap, topic, [encode_row(schema, r) for r in rows])
     _run(lake, ckpt, topic, kafka_bootstrap, None)
     assert _ids(spark, lake) == [(1, "u1"), (6, "n6"), (7, "n7"), (20, "moved")]
 
-    reload = [{"ID": 0, "__change_type": "T", "__change_time": T0 + 3},
-              _row(8, "R", t=3), _row(9, "R", t=3)]  # fmt: skip
+    reload = [
+        {"ID": 0, "__change_type": "T", "__change_time": T0 + 3},
+        _row(8, "R", t=3),
+        _row(9, "R", t=3),
+    ]
     _send(kafka_bootstrap, topic, [encode_row(schema, r) for r in reload])
     _run(lake, ckpt, topic, kafka_bootstrap, None)
 
@@ -192,12 +222,16 @@ def test_an_append_only_key_is_the_transaction_time_of_its_value(spark, kafka_bo
     schema = sample_schema("EVENTS", keyed=False)
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     late = _row(3, t=1)
-    _send(kafka_bootstrap, topic, [
-        encode_row(schema, _row(1, t=1)),
-        (None, encode_row(schema, _row(2, t=1))[1]),  # no key: nothing of it is applied
-        (_key_of(schema, {"__change_time": T0 + 9}), encode_row(schema, late)[1]),
-        encode_row(schema, _row(4, t=1)),
-    ])  # fmt: skip
+    _send(
+        kafka_bootstrap,
+        topic,
+        [
+            encode_row(schema, _row(1, t=1)),
+            (None, encode_row(schema, _row(2, t=1))[1]),  # no key: nothing of it is applied
+            (_key_of(schema, {"__change_time": T0 + 9}), encode_row(schema, late)[1]),
+            encode_row(schema, _row(4, t=1)),
+        ],
+    )
 
     _run(lake, ckpt, topic, kafka_bootstrap, None)
 
@@ -207,4 +241,72 @@ def test_an_append_only_key_is_the_transaction_time_of_its_value(spark, kafka_bo
         2: "Kafka key disagrees with the value: table SHOP.EVENTS, key field __change_time: "
         "key 2023-11-14 22:13:20.000009, value 2023-11-14 22:13:20.000001 "
         f"(topic {topic}, partition 0, offset 2)"
+    }
+
+
+def test_a_reload_written_in_one_pass_checks_its_keys_too(
+    spark, kafka_bootstrap, setup, monkeypatch
+):
+    """A reload bet (:mod:`lakehouse_writer.reload`) with a lying key is lost, not written."""
+    topic, schemas, lake, ckpt = setup
+    monkeypatch.setenv("LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS", "3")
+    schema = sample_schema()
+    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    rows = [{"ID": 0, "__change_type": "T", "__change_time": T0 + 1}]
+    rows += [_row(i, "R") for i in range(1, 6)]
+    messages = [encode_row(schema, r) for r in rows]
+    messages[3] = (_key_of(schema, {"ID": 33}), messages[3][1])  # the value is ID 3
+    _send(kafka_bootstrap, topic, messages)
+
+    _run(lake, ckpt, topic, kafka_bootstrap, None)
+
+    assert _ids(spark, lake) == [(1, "n1"), (2, "n2"), (4, "n4"), (5, "n5")]
+    errors = {offset: r.error for offset, r in _rejected(spark, lake).items()}
+    assert errors == {
+        3: "Kafka key disagrees with the value: table SHOP.ORDERS, key field ID: key 33, "
+        f"value 3 (topic {topic}, partition 0, offset 3)"
+    }
+
+
+def test_a_key_schema_of_another_producer_on_the_catalog_is_decoded_and_checked(
+    spark, kafka_bootstrap, setup
+):
+    """Not the key schema this project's producer writes: found by its catalog record."""
+    topic, schemas, lake, ckpt = setup
+    schema = sample_schema()
+    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    other = {
+        "type": "record",
+        "name": "OrderKey",
+        "namespace": "elsewhere",
+        "fields": [{"name": "ID", "type": "long"}],
+    }
+    fingerprint = schema_fingerprint(other).hex()
+    record = {
+        "fingerprint": fingerprint,
+        "schema": other,
+        "subject": f"{topic}-key",
+        "topic": topic,
+        "kind": "key",
+    }
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(schemas, key=fingerprint.encode(), value=json.dumps(record).encode())
+    producer.flush(30)
+    _send(
+        kafka_bootstrap,
+        topic,
+        [
+            (framed(other, {"ID": 1}), encode_row(schema, _row(1))[1]),
+            (framed(other, {"ID": 7}), encode_row(schema, _row(2))[1]),
+            encode_row(schema, _row(3)),
+        ],
+    )
+
+    _run(lake, ckpt, topic, kafka_bootstrap, None)
+
+    assert _ids(spark, lake) == [(1, "n1"), (3, "n3")]
+    errors = {offset: r.error for offset, r in _rejected(spark, lake).items()}
+    assert errors == {
+        1: "Kafka key disagrees with the value: table SHOP.ORDERS, key field ID: key 7, "
+        f"value 2 (topic {topic}, partition 0, offset 1)"
     }
