@@ -10,6 +10,8 @@ Routes (same parameters, answers and status codes as the Azure Functions trigger
   problem (naming the environment variable, never its value) when the Kafka, flow or
   schema registry settings are missing or invalid, so a probe reports a misconfigured
   container before a run fails on it.
+- ``GET /metrics``: runs, rows, durations, failures in Prometheus text
+  (:mod:`producer_lib.runner.metrics`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from producer_lib.errors import ConfigError
+from producer_lib.runner.metrics import add_metrics
 from producer_lib.runner.runs import REGISTRY, answer_run, run_status
 from producer_lib.runner.triggers import parse_run_request, response_for
 from producer_lib.settings import FlowSettings, KafkaSettings, SchemaRegistrySettings
@@ -76,7 +79,7 @@ def build_app(runner: FunctionRunner) -> web.Application:
     app.router.add_route("POST", "/run", run)
     app.router.add_route("GET", "/run", run)
     app.router.add_get("/runs/{run_id}", status)
-    return app
+    return add_metrics(app, runner)
 
 
 def settings_problem() -> str | None:
