@@ -83,7 +83,15 @@ class DuckDBReader(SourceAdapter):
             ) from exc
 
         try:
-            dataset = DeltaTable(path).to_pyarrow_dataset()
+            table = DeltaTable(path)
+            mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+            if mapping != "none":  # delta-rs #930: every column of such a table reads as null
+                raise SourceError(
+                    "delta-rs reads a column-mapped Delta table as nulls; install DuckDB's "
+                    "delta extension: pip install 'flow-platform[lakehouse]'",
+                    path=path,
+                )
+            dataset = table.to_pyarrow_dataset()
         except (TableNotFoundError, OSError) as exc:
             raise SourceError("Cannot read the Delta table", path=path) from exc
         view = f"__delta_{next(_views)}"

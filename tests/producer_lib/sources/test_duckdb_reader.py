@@ -110,3 +110,17 @@ def test_bad_sql_names_the_table(conn):
     with pytest.raises(SourceError) as info:
         _load(conn, "BAD", "select * from no_such_table")
     assert info.value.table == "BAD"
+
+
+def test_a_column_mapped_delta_table_is_refused_by_the_delta_rs_fallback(conn, tmp_path):
+    """delta-rs reads such a table as nulls without an error: the fallback must not load it."""
+    path = tmp_path / "mapped"
+    write_deltalake(str(path), pa.table({"ID": [1], "CITY": ["a"]}))
+    log = path / "_delta_log" / "00000000000000000000.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    for action in actions:  # as a writer that maps names by id would have set it
+        if "metaData" in action:
+            action["metaData"]["configuration"]["delta.columnMapping.mode"] = "name"
+    log.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    with pytest.raises(SourceError, match="column-mapped"):
+        _load(conn, "X", f"select * from delta_scan('{path}')", use_delta_extension=False)
