@@ -8,9 +8,9 @@ What a restart must not forget is appended once per micro-batch, as the batch's 
 - ``pending``: a ``_commits`` record whose rows are not all applied yet (its JSON);
 - ``done``: a pending commit whose ``_commits`` row has now been written;
 - ``stopped``: a table stopped by an incompatible schema change, with the error. A stopped
-  table stays stopped across restarts; to resume it, fix the table and delete its ``stopped``
-  rows (``DELETE FROM delta.`<lakehouse>/_writer_state` WHERE kind = 'stopped' AND
-  `table` = '<namespace>.<name>'``) while the writer is down;
+  table stays stopped across restarts; to resume it, fix the table and run
+  ``lakehouse-writer resume-table <namespace>.<name>`` while the writer is down
+  (:mod:`lakehouse_writer.stopped`);
 - ``truncate``: a TRUNCATE applied to a table (``record``: its time and scope as JSON), read
   by :class:`~lakehouse_writer.truncate.TruncateLog` of every writer instance. Compaction keeps
   these rows (one per TRUNCATE applied; the log, when loaded, leaves out those a later
