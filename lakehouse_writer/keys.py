@@ -102,7 +102,8 @@ def key_problem(
     """Null where the row's key agrees with its decoded ``value``; else why not (see above).
 
     Args:
-        value: The decoded value struct (Avro field names); null rows give null.
+        value: The decoded value struct (Avro field names); rows whose value did not decode
+            (null, or no change type) give null: they are rejected for their body.
         schema: Its value schema.
         keys: The key writer schemas the rows' keys may have, each with the key decoded
             with it (:func:`decoded_key`; null where the key has another header).
@@ -135,7 +136,7 @@ def key_problem(
         )
     )
     if not located:
-        return F.when(value.isNotNull(), reason)
+        return F.when(_decoded(value), reason)
     where = F.concat(
         F.lit(" (topic "),
         F.col("topic"),
@@ -145,7 +146,7 @@ def key_problem(
         F.col("offset").cast("string"),
         F.lit(")"),
     )
-    return F.when(value.isNotNull(), F.concat(reason, where))
+    return F.when(_decoded(value), F.concat(reason, where))
 
 
 def decoded_key(ref: KeySchemaRef) -> Column:
@@ -179,7 +180,7 @@ def with_key_check(
     value = F.col(struct)
     names = [f"{struct}__key{j}" for j in range(len(keys))]
     frame = frame.withColumns(
-        {n: F.when(value.isNotNull(), decoded_key(ref)) for n, ref in zip(names, keys, strict=True)}
+        {n: F.when(_decoded(value), decoded_key(ref)) for n, ref in zip(names, keys, strict=True)}
     )
     decoded = [(ref, F.col(n)) for ref, n in zip(keys, names, strict=True)]
     reason = key_problem(value, schema, decoded, located=problem is not None)
@@ -187,6 +188,11 @@ def with_key_check(
         frame = frame.withColumn(problem, reason)
         reason = F.col(problem)
     return frame.withColumn(struct, F.when(reason.isNull(), value)).drop(*names)
+
+
+def _decoded(value: Column) -> Column:
+    """Whether the value decoded (a body that does not is reported as such, not its key)."""
+    return value.isNotNull() & value.getField("__change_type").isNotNull()
 
 
 def _agreement(value: Column, schema: ValueSchema, ref: KeySchemaRef, key: Column) -> Column:

@@ -150,6 +150,7 @@ def test_keys_that_do_not_decode_are_unknown_or_missing_are_rejected_each_with_i
     schema = sample_schema()
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     key_header = single_object_header(schema_fingerprint(KeySchema(schema).to_avro_json()))
+    value_header = single_object_header(schema_fingerprint(schema.to_avro_json()))
     value = {i: encode_row(schema, _row(i))[1] for i in range(1, 7)}
     _send(
         kafka_bootstrap,
@@ -161,6 +162,7 @@ def test_keys_that_do_not_decode_are_unknown_or_missing_are_rejected_each_with_i
             (b"3", value[4]),  # no header
             (None, value[5]),  # no key at all, for a table with a primary key
             encode_row(schema, _row(6)),
+            (None, value_header + b"\x02"),  # a body cut short: rejected for its body
         ],
     )
 
@@ -178,6 +180,7 @@ def test_keys_that_do_not_decode_are_unknown_or_missing_are_rejected_each_with_i
         3: "Kafka key of table SHOP.ORDERS has neither a Confluent (0x00 + id) nor a "
         f"single-object (0xC3 0x01 + fingerprint) header{where[3]}",
         4: f"Kafka key missing: table SHOP.ORDERS has a primary key{where[4]}",
+        6: f"cannot decode the Avro body (f:{value_header[2:].hex()})",
     }
 
 
