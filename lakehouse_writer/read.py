@@ -73,6 +73,9 @@ class DecodedBatch:
         summaries: Per table: counts per change type and key range of its decoded rows,
             from the pass that decodes them (for :func:`~lakehouse_writer.apply.apply_batch`).
         schemas: The writer schemas the batch held, by header (the next batch expects them).
+        keys: By header of ``schemas``: the key writer schemas of its topic in the catalog
+            (:meth:`~lakehouse_writer.catalog.SchemaCatalog.key_schemas`), for the next
+            batch's scan (:meth:`~lakehouse_writer.scan.ExpectedSchemas.saw`).
     """
 
     tables: dict[TableRef, tuple[TableInfo, DataFrame]] = field(default_factory=dict)
@@ -81,6 +84,7 @@ class DecodedBatch:
     cached: list[DataFrame] = field(default_factory=list)
     summaries: dict[TableRef, RowSummary] = field(default_factory=dict)
     schemas: dict[bytes, CatalogEntry] = field(default_factory=dict)
+    keys: dict[bytes, tuple[KeySchemaRef, ...]] = field(default_factory=dict)
 
 
 def header_column() -> Column:
@@ -211,6 +215,7 @@ def decode_batch(
         out.rejected.append(rejected_rows(unknown, _UNKNOWN + tag, None))
     for tag, entry in sorted(entries.items()):
         out.schemas[tags[tag]] = entry
+        out.keys[tags[tag]] = tuple(keys[tag])
         rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
         _decode_one(rows, tag, entry, tables, stopped, out, done.get(tags[tag]), keys[tag])
     return out

@@ -224,16 +224,23 @@ class ExpectedSchemas:
         """The schemas to decode in the next first pass."""
         return list(self._seen.values())[: self._limit]
 
-    def saw(self, header: bytes, entry: CatalogEntry) -> None:
-        """A batch held rows of this writer schema (it becomes the most recent)."""
-        if header in self._seen:
+    def saw(self, header: bytes, entry: CatalogEntry, keys: Iterable[KeySchemaRef] = ()) -> None:
+        """A batch held rows of this writer schema (it becomes the most recent).
+
+        ``keys``: the key writer schemas its rows' keys may have besides the producer's own
+        (:attr:`~lakehouse_writer.read.DecodedBatch.keys`): the scan then checks those keys
+        too, instead of leaving their rows to the decode after it.
+        """
+        known = tuple(keys)
+        seen = self._seen.get(header)
+        if seen is not None and (not known or seen.known_keys == known):
             self._seen.move_to_end(header, last=False)
             return
         try:
             schema = ValueSchema.from_avro_json(entry.schema_json)
         except SchemaError:
             return  # not a value schema: its rows are rejected by the decode
-        self._seen[header] = Expected(header, entry, schema)
+        self._seen[header] = Expected(header, entry, schema, known)
         self._seen.move_to_end(header, last=False)
         while len(self._seen) > self._limit:
             self._seen.popitem()

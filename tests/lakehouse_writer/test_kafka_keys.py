@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from lakehouse_writer.catalog import CatalogEntry
 from lakehouse_writer.cli import main
-from lakehouse_writer.keys import own_key
+from lakehouse_writer.keys import KeySchemaRef, own_key
+from lakehouse_writer.scan import ExpectedSchemas
 from producer_lib.schema import (
     AvroNVarchar,
     KeySchema,
@@ -109,6 +111,22 @@ def test_the_scan_knows_the_key_schema_the_producer_writes_without_the_catalog()
     published = single_object_header(schema_fingerprint(KeySchema(schema).to_avro_json()))
     own = own_key(rebuilt)
     assert own is not None and own.header == published  # the scan checks keys in its own pass
+
+
+def test_the_scan_also_checks_keys_of_the_schemas_the_last_batch_found_on_the_catalog():
+    schema = sample_schema()
+    entry = CatalogEntry(json.dumps(schema.to_avro_json()), "value", "orders")
+    registry_key = KeySchemaRef(
+        b"\x00\x00\x00\x00\x2a", json.dumps(KeySchema(schema).to_avro_json())
+    )
+    own = own_key(schema)
+    expected = ExpectedSchemas()
+    expected.saw(b"\x00\x00\x00\x00\x29", entry)
+    assert expected.guess()[0].keys == (own,)  # a Confluent key is not known yet
+    expected.saw(b"\x00\x00\x00\x00\x29", entry, (registry_key,))
+    assert expected.guess()[0].keys == (own, registry_key)
+    expected.saw(b"\x00\x00\x00\x00\x29", entry)  # a batch that found none keeps them
+    assert expected.guess()[0].keys == (own, registry_key)
 
 
 @pytest.mark.parametrize("path", ["scanned", "decoded-after"])
