@@ -435,7 +435,7 @@ class BatchProcessor:
                     )
                 self._persisted += decoded.cached  # decoded once, read by every step after
                 for header, entry in decoded.schemas.items():
-                    self._expected.saw(header, entry)
+                    self._expected.saw(header, entry, decoded.keys.get(header, ()))
             changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
             with steps("apply"):
                 reload = self._settle(reload, decoded, batch_id)

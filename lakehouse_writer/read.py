@@ -303,8 +303,8 @@ def _decode_one(
         return
     ref = TableRef.of(schema)
     if ref.qualified in stopped:
-        out.rejected.append(rejected_rows(rows, _stopped_message(stopped[ref.qualified]),
-                                          ref.qualified))  # fmt: skip
+        message = _stopped_message(ref.qualified, stopped[ref.qualified])
+        out.rejected.append(rejected_rows(rows, message, ref.qualified))
         return
     try:
         info = tables.ensure(schema)
@@ -356,9 +356,11 @@ def _summarize(parsed: DataFrame, schema: ValueSchema, info: TableInfo) -> tuple
     return RowSummary.of_groups(g for g in groups if g[0] is not None), failures
 
 
-def _stopped_message(error: str) -> str:
-    return (f"table stopped by an earlier schema error: {error}; fix the table, then resume "
-            "it (see lakehouse_writer.state)")  # fmt: skip
+def _stopped_message(table: str, error: str) -> str:
+    return (
+        f"table stopped by an earlier schema error: {error}; fix the table, then run "
+        f"`lakehouse-writer resume-table {table}` with the writer down (docs/OPERATIONS.md)"
+    )
 
 
 def _stop(
@@ -379,7 +381,7 @@ def _stop(
     earlier = out.tables.pop(ref, None)
     out.summaries.pop(ref, None)
     if earlier is not None:
-        message = _stopped_message(str(exc))
+        message = _stopped_message(ref.qualified, str(exc))
         out.rejected.append(rejected_rows(earlier[1], message, ref.qualified))
 
 

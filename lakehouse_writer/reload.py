@@ -39,6 +39,7 @@ from lakehouse_writer.apply import (
     truncate_row,
     unique_keys,
 )
+from lakehouse_writer.keys import with_key_check
 from lakehouse_writer.ranges import OffsetRanges, range_read
 from lakehouse_writer.read import avro_struct, body_column, split_parsed
 from lakehouse_writer.truncate import Truncate, distinct_truncates
@@ -159,7 +160,10 @@ def speculate(
     assert source is not None, mine  # the topic spans reload_one_pass_min_rows offsets
     decode = avro_struct(body_column(len(expected.header)), expected.entry.schema_json)
     header = F.substring("value", 1, len(expected.header)) == F.lit(expected.header)
-    parsed = source.select("topic", "partition", "offset", F.when(header, decode).alias("__r"))
+    parsed = source.select(
+        "topic", "partition", "offset", "key", F.when(header, decode).alias("__r")
+    )
+    parsed = with_key_check(parsed, "__r", expected.schema, expected.keys).drop("key")
     observation = Observation(f"reload-{uuid.uuid4().hex}")
     observed = parsed.observe(observation, *_metrics(sorted(p for t, p in mine)))
     decoded, _ = split_parsed(observed, expected.schema)
