@@ -109,21 +109,22 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """What runs; exit 3 when the plaintext broker does not (the secured one is shown too)."""
     layout = broker.BrokerLayout.default()
     pid = broker.status(layout)
-    if pid is None:
-        print("kafka: not running")
-        return EXIT_NOT_RUNNING
-    print(f"kafka: running at {layout.bootstrap} (pid {pid})")
-    reg = registry.RegistryLayout.default()
-    reg_pid = registry.status(reg)
-    print(f"schema registry: running at {reg.url} (pid {reg_pid})" if reg_pid else
-          "schema registry: not running")  # fmt: skip
     secured = secure.SecureLayout.default()
     secured_pid = secure.status(secured)
+    if pid is None:
+        print("kafka: not running")
+    else:
+        print(f"kafka: running at {layout.bootstrap} (pid {pid})")
+        reg = registry.RegistryLayout.default()
+        reg_pid = registry.status(reg)
+        print(f"schema registry: running at {reg.url} (pid {reg_pid})" if reg_pid else
+              "schema registry: not running")  # fmt: skip
     if secured_pid is not None:
         print(f"kafka (secured): running at {secured.bootstrap} (pid {secured_pid})")
-    return 0
+    return EXIT_NOT_RUNNING if pid is None else 0
 
 
 def _env(args: argparse.Namespace) -> int:
