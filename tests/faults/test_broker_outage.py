@@ -16,25 +16,15 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 
-import duckdb
 import pytest
 
-from producer_lib import (
-    FunctionRunner,
-    KafkaProducer,
-    KeySchema,
-    RowType,
-    RunFailed,
-    SourceAdapter,
-    create_key_row,
-    create_truncate_row,
-)
+from producer_lib import RunFailed, RunResult
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
 from tests.faults.conftest import OwnBroker
 from tests.support.consume import consume_all
 from tests.support.decode import decoded_values
+from tests.support.runner_flows import NumbersFlow
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -45,63 +35,24 @@ RETRY_FAILED_RECORD_S = 25  # KAFKA_CONNECT_TIMEOUT_S: the runner retries its FA
 FAIL_WITHIN_S = 90  # the delivery timeout, the abort's bound and a broker start, with slack
 
 
-class OutageFlow(FunctionRunner):
-    """Ids from a DuckDB table; the pointer is the last id published.
+@pytest.fixture
+def flow(monkeypatch: pytest.MonkeyPatch, own_broker: OwnBroker) -> NumbersFlow:
+    """A flow on the test's own broker, configured through ``KAFKA_*`` as users do.
 
     The initial load publishes ids 0..9 (TRUNCATE + REPLACE); each delta load the next 5 ids.
     ``before_produce`` is what the test does to the broker once the delta load has its target
     and before it produces the rows.
     """
-
-    source_system = "TEST"
-
-    def __init__(self, function_name: str, topic: str) -> None:
-        super().__init__(function_name)
-        self.topic = topic
-        self.source = f"SRC_{function_name}"
-        self.before_produce: Callable[[], None] | None = None
-        duckdb.execute(f"CREATE TABLE IF NOT EXISTS {self.source} AS SELECT range AS ID, "
-                       f"'name ' || range AS NAME FROM range(1000)")  # fmt: skip
-
-    async def _target(self, reader: SourceAdapter, producer: KafkaProducer, low: int, high: int):
-        schema = await reader.load(
-            "NUMBERS", f"SELECT ID, NAME FROM {self.source} WHERE ID >= {low} AND ID < {high}",
-            "TEST", "TEST",
-        )  # fmt: skip
-        schema.set_primary_keys("ID")
-        return producer.add_target(self.topic, "NUMBERS", KeySchema(schema), schema)
-
-    async def initial_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
-        target = await self._target(reader, producer, 0, 10)
-        truncate = create_truncate_row(target.value_schema, None)
-        producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
-        producer.produce_from_duckdb("NUMBERS", target, 1000, RowType.REPLACE)
-        self.set_delta_pointer(9)
-        producer.commit()
-
-    async def delta_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
-        last = self.get_delta_pointer()
-        target = await self._target(reader, producer, last + 1, last + 6)
-        if self.before_produce:
-            self.before_produce()
-        producer.produce_from_duckdb("NUMBERS", target, 1000, RowType.INSERT)
-        self.set_delta_pointer(last + 5)
-        producer.commit()
-
-
-@pytest.fixture
-def flow(monkeypatch: pytest.MonkeyPatch, own_broker: OwnBroker) -> OutageFlow:
-    """A flow on the test's own broker, configured through ``KAFKA_*`` as users do."""
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", own_broker.bootstrap)
     monkeypatch.setenv("KAFKA_TRANSACTION_TIMEOUT_MS", str(TRANSACTION_TIMEOUT_MS))
     monkeypatch.setenv("KAFKA_CONNECT_TIMEOUT_S", str(RETRY_FAILED_RECORD_S))
     monkeypatch.setenv("KAFKA_OVERRIDES", json.dumps({"message.timeout.ms": DELIVERY_TIMEOUT_MS}))
-    function = f"outage_{uuid.uuid4().hex[:8]}"
-    return OutageFlow(function, f"t_outage_{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("RUNNER_TEST_FUNCTION", f"outage_{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("RUNNER_TEST_TOPIC", f"t_outage_{uuid.uuid4().hex[:8]}")
+    return NumbersFlow()
 
 
-def _records(bootstrap: str, flow: OutageFlow) -> list[dict]:
+def _records(bootstrap: str, flow: NumbersFlow) -> list[dict]:
     key = f"{flow.function_name}|default|0".encode()
     messages = consume_all(bootstrap, EXECUTION_LOG_TOPIC)
     return [json.loads(m.value()) for m in messages if m.key() == key]
@@ -113,11 +64,19 @@ def _published_ids(bootstrap: str, topic: str) -> Counter:
     return Counter(v["ID"] for v in values if v["__change_type"] != "T")
 
 
-def _run(flow: OutageFlow, load: str):
+def _run(flow: NumbersFlow, load: str):
     return asyncio.run(flow.run(load))
 
 
-def _assert_rerun_publishes_every_row_once(own_broker: OwnBroker, flow: OutageFlow) -> None:
+def _failed_delta_run(flow: NumbersFlow) -> tuple[RunResult, float]:
+    """The result of a delta run that must fail, and the seconds it took."""
+    started = time.monotonic()
+    with pytest.raises(RunFailed) as failed:
+        _run(flow, "delta")
+    return failed.value.result, time.monotonic() - started
+
+
+def _assert_rerun_publishes_every_row_once(own_broker: OwnBroker, flow: NumbersFlow) -> None:
     flow.before_produce = None
     rerun = _run(flow, "delta")
     assert (rerun.status, rerun.delta_pointer, rerun.rows) == ("COMPLETED", 14, {"TEST.NUMBERS": 5})
@@ -126,7 +85,7 @@ def _assert_rerun_publishes_every_row_once(own_broker: OwnBroker, flow: OutageFl
 
 
 def test_outage_during_commit_fails_the_run_and_a_rerun_publishes_every_row_once(
-    own_broker: OwnBroker, flow: OutageFlow
+    own_broker: OwnBroker, flow: NumbersFlow
 ):
     """The broker is gone for longer than the delivery timeout, then back while the runner
     still tries to write its FAILED record: the run is FAILED on ``_execution_log``."""
@@ -142,15 +101,11 @@ def test_outage_during_commit_fails_the_run_and_a_rerun_publishes_every_row_once
     comeback = threading.Thread(target=come_back)
     flow.before_produce = lambda: (own_broker.stop(), comeback.start())
 
-    started = time.monotonic()
     try:
-        with pytest.raises(RunFailed) as failed:
-            _run(flow, "delta")
-        elapsed = time.monotonic() - started
+        result, elapsed = _failed_delta_run(flow)
     finally:
         comeback.join()
 
-    result = failed.value.result
     assert outage["to"] - outage["from"] > DELIVERY_TIMEOUT_MS / 1000
     assert elapsed < FAIL_WITHIN_S, f"the run took {elapsed:.0f}s to fail"
     assert (result.status, result.delta_pointer, result.commit_id) == ("FAILED", 9, None)
@@ -164,7 +119,7 @@ def test_outage_during_commit_fails_the_run_and_a_rerun_publishes_every_row_once
 
 
 def test_outage_past_the_end_of_the_run_fails_it_within_a_bound_pointer_unmoved(
-    own_broker: OwnBroker, flow: OutageFlow, caplog: pytest.LogCaptureFixture
+    own_broker: OwnBroker, flow: NumbersFlow, caplog: pytest.LogCaptureFixture
 ):
     """The broker stays away until the run has given up: the run still ends, FAILED, within
     a bound, says that its FAILED record could not be written, and moves nothing."""
@@ -172,15 +127,11 @@ def test_outage_past_the_end_of_the_run_fails_it_within_a_bound_pointer_unmoved(
     flow.before_produce = own_broker.stop
     caplog.set_level(logging.ERROR, logger="producer_lib")
 
-    started = time.monotonic()
     try:
-        with pytest.raises(RunFailed) as failed:
-            _run(flow, "delta")
-        elapsed = time.monotonic() - started
+        result, elapsed = _failed_delta_run(flow)
     finally:
         own_broker.start()
 
-    result = failed.value.result
     assert elapsed < FAIL_WITHIN_S, f"the run took {elapsed:.0f}s to fail"
     assert (result.status, result.delta_pointer) == ("FAILED", 9)
     assert TIMED_OUT in result.error and flow.topic in result.error, result.error

@@ -6,6 +6,8 @@ class runs in-process, through ``producer-lib run`` and in a subprocess.
   ``kill`` SIGKILLs the process there; ``no_commit`` returns without committing;
   ``pointer_only`` stages a pointer and commits no data.
 - ``RUNNER_TEST_GATE``: a path; the delta load waits until that file exists (for races).
+- ``before_produce`` (attribute, in-process only): called by the delta load once it has its
+  target, before it produces (a test stops the broker there).
 
 The source is a DuckDB table ``SRC_<function>`` of ids 0..999 with names; the initial load
 publishes ids < 10 (TRUNCATE + REPLACE), each delta load the next 5 ids after the pointer.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -40,6 +43,7 @@ class NumbersFlow(FunctionRunner):
         super().__init__(os.environ["RUNNER_TEST_FUNCTION"])
         self.topic = os.environ["RUNNER_TEST_TOPIC"]
         self.source = f"SRC_{self.function_name}"
+        self.before_produce: Callable[[], None] | None = None
         duckdb.execute(f"CREATE TABLE IF NOT EXISTS {self.source} AS SELECT range AS ID, "
                        f"'name ' || range AS NAME FROM range(1000)")  # fmt: skip
 
@@ -70,6 +74,8 @@ class NumbersFlow(FunctionRunner):
             self.set_delta_pointer(last + 100)
             return
         target = await self._load(reader, producer, last + 1, last + 6)
+        if self.before_produce is not None:
+            self.before_produce()
         producer.produce_from_duckdb("NUMBERS", target, 1000, RowType.INSERT)
         self.set_delta_pointer(last + 5)
         if fail == "after_produce":
