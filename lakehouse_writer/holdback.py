@@ -127,6 +127,7 @@ class Plan:
         awaits: Per ``_commits`` partition, where the next batch reads commit records from:
             the first one that held rows back, else the end.
         changed: True when ``source`` is not the batch as Spark gave it.
+        ranges: The offset ranges of the batch as Spark gave it (None: not found).
     """
 
     source: DataFrame
@@ -134,6 +135,7 @@ class Plan:
     processed: dict[tuple[str, int], int] = field(default_factory=dict)
     awaits: dict[int, int] = field(default_factory=dict)
     changed: bool = False
+    ranges: OffsetRanges | None = None
 
 
 class Holdback:
@@ -176,7 +178,7 @@ class Holdback:
                 log.warning("the batch's offset ranges are not known: transactions split "
                             "by a batch end apply in parts")  # fmt: skip
                 self._warned = True
-            return Plan(source, awaits=dict(state.awaits), changed=bool(held))
+            return Plan(source, awaits=dict(state.awaits), changed=bool(held), ranges=None)
         spans = dict(ranges)
         for key, (first, _) in held.items():
             spans[key] = (first, spans.get(key, held[key])[1])
@@ -193,13 +195,14 @@ class Holdback:
                 commit.offset, awaits.get(commit.partition, commit.offset)
             )
         if not cuts:
-            return Plan(source, awaits=awaits, changed=bool(held))
+            return Plan(source, awaits=awaits, changed=bool(held), ranges=ranges)
         plan = Plan(
             keep_before(source, cuts),
             held={key: (at, spans[key][1]) for key, at in cuts.items()},
             processed={key: at - 1 for key, at in cuts.items()},
             awaits=awaits,
             changed=True,
+            ranges=ranges,
         )
         log.info("rows held back batch=%d partitions=%s transactions=%d first=%s", batch_id,
                  {f"{t}/{p}": list(r) for (t, p), r in sorted(plan.held.items())},

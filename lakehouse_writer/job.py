@@ -37,7 +37,7 @@ from lakehouse_writer.failure import Failure, report_failure, root_cause, secret
 from lakehouse_writer.holdback import Holdback
 from lakehouse_writer.parallel import Outcome, TableApplier, on_session, workers_from_env
 from lakehouse_writer.probe import connect_timeout, probe_kafka
-from lakehouse_writer.ranges import offset_ranges
+from lakehouse_writer.ranges import OffsetRanges
 from lakehouse_writer.read import (
     DecodedBatch,
     decode_batch,
@@ -208,7 +208,7 @@ class BatchProcessor:
                 plan = self._holdback.plan(source, self.state, batch_id)
                 source = plan.source
                 if not plan.changed:  # the bet reads the batch's own offset ranges again
-                    reload = self._speculate(source, expected, batch_id)
+                    reload = self._speculate(source, expected, batch_id, plan.ranges)
                 batch = source if reload is None else reload.rest
                 if batch is None:  # the reload is all the batch holds: nothing to scan
                     batch = self._spark.createDataFrame([], source.schema)
@@ -293,9 +293,15 @@ class BatchProcessor:
         self._warm.submit(build)
 
     def _speculate(
-        self, source: DataFrame, expected: list[Expected], batch_id: int
+        self,
+        source: DataFrame,
+        expected: list[Expected],
+        batch_id: int,
+        ranges: OffsetRanges | None,
     ) -> Speculation | None:
         """Bet that the batch's rows of one topic are a reload, and write them in one pass.
+
+        ``ranges``: the batch's offset ranges (None: not known, no bet).
 
         The bet is made on the topic with the most offsets in the batch, at least
         ``reload_one_pass_min_rows``, whose only writer schema is expected and whose table
@@ -318,8 +324,7 @@ class BatchProcessor:
                 self._declined.add(e.header)  # it holds rows: no bet from now on (no cost)
                 continue
             empty.append((e, info))
-        ranges = offset_ranges(source) if empty else None
-        if not ranges:
+        if not (empty and ranges):
             return None
         spans: dict[str, int] = {}
         for (topic, _), (first, end) in ranges.items():
