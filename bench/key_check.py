@@ -59,12 +59,19 @@ def _table(con: duckdb.DuckDBPyConnection, rows: int) -> ValueSchema:
                 DATE '2024-01-01' + (range % 365)::INT AS SHIP_DATE,
                 'part ' || (range % 997) || ' of order ' || (range // 4) AS NAME,
                 CASE range % 3 WHEN 0 THEN 'AIR' WHEN 1 THEN 'RAIL' ELSE 'SHIP' END AS MODE
-                FROM range({rows})""")  # fmt: skip
+                FROM range({rows})""")
     schema = ValueSchema("LINES", "BENCH")
-    for name, avro in (("ID", AvroLong()), ("ORDER_ID", AvroLong()), ("LINE_NO", AvroInt()),
-                       ("PART_ID", AvroInt()), ("QUANTITY", AvroInt()),
-                       ("PRICE", AvroDecimal(12, 2)), ("SHIP_DATE", AvroDate()),
-                       ("NAME", AvroNVarchar(80)), ("MODE", AvroNVarchar(10))):  # fmt: skip
+    for name, avro in (
+        ("ID", AvroLong()),
+        ("ORDER_ID", AvroLong()),
+        ("LINE_NO", AvroInt()),
+        ("PART_ID", AvroInt()),
+        ("QUANTITY", AvroInt()),
+        ("PRICE", AvroDecimal(12, 2)),
+        ("SHIP_DATE", AvroDate()),
+        ("NAME", AvroNVarchar(80)),
+        ("MODE", AvroNVarchar(10)),
+    ):
         schema.add_field(name, avro, nullable=name != "ID")
     schema.add_primary_key("ID")
     return schema
@@ -77,8 +84,9 @@ def _timed(call: Callable[[], Any]) -> float:
 
 
 def _export(producer: KafkaProducer, target: Target, checked: bool) -> None:
-    rows = producer.produce_from_duckdb("LINES", target, BATCH_SIZE, RowType.REPLACE,
-                                        check_keys=checked)  # fmt: skip
+    rows = producer.produce_from_duckdb(
+        "LINES", target, BATCH_SIZE, RowType.REPLACE, check_keys=checked
+    )
     assert rows > 0
     producer.commit()
 
@@ -107,8 +115,9 @@ def run(bootstrap: str, rows: int, rounds: int) -> dict[str, Any]:
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=30)
     settings = KafkaSettings(bootstrap_servers=bootstrap)
     try:
-        with KafkaProducer("BENCH", "bench_key_check", "bronze", "bench", settings, log,
-                           duckdb_connection=con) as producer:  # fmt: skip
+        with KafkaProducer(
+            "BENCH", "bench_key_check", "bronze", "bench", settings, log, duckdb_connection=con
+        ) as producer:
             target = producer.add_target(topic, "LINES", KeySchema(schema), schema)
             _export(producer, target, checked=False)  # warm-up: connections, metadata
             results = [_round(producer, target, con) for _ in range(rounds)]
@@ -116,12 +125,14 @@ def run(bootstrap: str, rows: int, rounds: int) -> dict[str, Any]:
         admin.delete_topics([topic])[topic].result(timeout=30)
     best = {key: round(min(r[key] for r in results), 3) for key in results[0]}
     return {
-        "rows": rows, "rounds": rounds, **best,
+        "rows": rows,
+        "rounds": rounds,
+        **best,
         "check_ratio": round(best["check_s"] / best["export_s"], 4),
         "check_compound_ratio": round(best["check_compound_s"] / best["export_s"], 4),
         "checked_export_ratio": round(best["export_checked_s"] / best["export_s"], 4),
         "group_by_over_check": round(best["group_by_s"] / best["check_s"], 2),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

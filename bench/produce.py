@@ -85,12 +85,17 @@ DUCKDB_MEMORY_LIMIT = "32MB"  # DuckDB caches the blocks it reads up to its limi
 DUCKDB_THREADS = 2  # the cores of the machine the figures were taken on
 COMPARE_SIZES = (("1m", 1_000_000), ("3m", 3_000_000))
 COLUMNS = [
-    ("l_orderkey", AvroLong(), False), ("l_linenumber", AvroInt(), False),
-    ("l_partkey", AvroLong(), True), ("l_suppkey", AvroLong(), True),
-    ("l_quantity", AvroDecimal(15, 2), True), ("l_extendedprice", AvroDecimal(15, 2), True),
-    ("l_discount", AvroDecimal(15, 2), True), ("l_shipdate", AvroDate(), True),
-    ("l_shipmode", AvroVarchar(10), True), ("l_comment", AvroNVarchar(44), True),
-]  # fmt: skip
+    ("l_orderkey", AvroLong(), False),
+    ("l_linenumber", AvroInt(), False),
+    ("l_partkey", AvroLong(), True),
+    ("l_suppkey", AvroLong(), True),
+    ("l_quantity", AvroDecimal(15, 2), True),
+    ("l_extendedprice", AvroDecimal(15, 2), True),
+    ("l_discount", AvroDecimal(15, 2), True),
+    ("l_shipdate", AvroDate(), True),
+    ("l_shipmode", AvroVarchar(10), True),
+    ("l_comment", AvroNVarchar(44), True),
+]
 
 
 # -- the table: generated in a child process, streamed from disk here ----------------------
@@ -166,8 +171,9 @@ def warm_up(settings: KafkaSettings, admin: AdminClient, con, schema: ValueSchem
     """Untimed: let the broker's JVM warm up so phase (a) is not the one paying for it."""
     topic = f"bench_produce_warm_{uuid.uuid4().hex[:6]}"
     try:
-        producer = KafkaProducer("TPCH", "bench_warm", "bench", "bench", settings,
-                                 duckdb_connection=con)  # fmt: skip
+        producer = KafkaProducer(
+            "TPCH", "bench_warm", "bench", "bench", settings, duckdb_connection=con
+        )
         with producer:
             target = producer.add_target(topic, "LINEITEM", KeySchema(schema), schema)
             query = f"SELECT * FROM BENCH WHERE rowid < {WARM_UP_ROWS}"  # streams; LIMIT buffers
@@ -178,8 +184,9 @@ def warm_up(settings: KafkaSettings, admin: AdminClient, con, schema: ValueSchem
 
 
 def phase_a(settings: KafkaSettings, con, schema: ValueSchema, topic: str):
-    producer = KafkaProducer("TPCH", f"bench_a_{uuid.uuid4().hex[:6]}", "bench", "bench",
-                             settings, duckdb_connection=con)  # fmt: skip
+    producer = KafkaProducer(
+        "TPCH", f"bench_a_{uuid.uuid4().hex[:6]}", "bench", "bench", settings, duckdb_connection=con
+    )
     with producer:
         target = producer.add_target(topic, "LINEITEM", KeySchema(schema), schema, PARTITIONS)
         started = time.perf_counter()
@@ -196,17 +203,25 @@ def measure_a(settings: KafkaSettings, con, schema: ValueSchema, topic: str):
     reset_peak_rss()
     secs, target, rows, txn_time = phase_a(settings, con, schema, topic)
     peak = rss_mb()
-    figures = {"rows": rows, "produce_from_duckdb_rows_per_s": round(rows / secs),
-               "peak_rss_mb": round(peak, 1), "rss_before_mb": round(before, 1),
-               "rss_increase_mb": round(peak - before, 1),
-               "max_rss_mb": round(max(peak, earlier_peak), 1),
-               "duckdb_memory_mb": round(duckdb_mb(con), 1)}  # fmt: skip
+    figures = {
+        "rows": rows,
+        "produce_from_duckdb_rows_per_s": round(rows / secs),
+        "peak_rss_mb": round(peak, 1),
+        "rss_before_mb": round(before, 1),
+        "rss_increase_mb": round(peak - before, 1),
+        "max_rss_mb": round(max(peak, earlier_peak), 1),
+        "duckdb_memory_mb": round(duckdb_mb(con), 1),
+    }
     return figures, target, txn_time
 
 
 def _raw_producer(settings: KafkaSettings, extra: dict | None = None) -> Producer:
-    conf = {**PRODUCER_DEFAULTS, **settings.to_librdkafka(), **(extra or {}),
-            "transactional.id": f"bench-{uuid.uuid4().hex}"}  # fmt: skip
+    conf = {
+        **PRODUCER_DEFAULTS,
+        **settings.to_librdkafka(),
+        **(extra or {}),
+        "transactional.id": f"bench-{uuid.uuid4().hex}",
+    }
     producer = Producer(conf)
     producer.init_transactions(30)
     return producer
@@ -220,8 +235,9 @@ def pre_encode(con, target: Target, txn_time: int) -> list[tuple[bytes, bytes, i
         vbuf, vofs = target.value_encoder.encode_buffer(batch, values, target.value_header)
         parts = partitions_for_keys(kbuf, kofs, PARTITIONS).tolist()
         kb, vb, ko, vo = kbuf.tobytes(), vbuf.tobytes(), kofs.tolist(), vofs.tolist()
-        messages.extend((kb[ko[i]:ko[i + 1]], vb[vo[i]:vo[i + 1]], parts[i])
-                        for i in range(len(parts)))  # fmt: skip
+        messages.extend(
+            (kb[ko[i] : ko[i + 1]], vb[vo[i] : vo[i + 1]], parts[i]) for i in range(len(parts))
+        )
     return messages
 
 
@@ -245,8 +261,11 @@ def phase_c(settings: KafkaSettings, con, schema: ValueSchema, topic: str, rows:
     producer = _raw_producer(settings, {"partitioner": "murmur2_random"})
     key_schema = fastavro.parse_schema(KeySchema(schema).to_avro_json())
     value_schema = fastavro.parse_schema(schema.to_avro_json())
-    technical = {"__change_type": "R", "__change_time": time.time_ns() // 1000,
-                 "__source_system": "TPCH"}  # fmt: skip
+    technical = {
+        "__change_type": "R",
+        "__change_time": time.time_ns() // 1000,
+        "__source_system": "TPCH",
+    }
     started = time.perf_counter()
     producer.begin_transaction()
     cursor = con.execute(f"SELECT * FROM BENCH WHERE rowid < {rows}")
@@ -267,8 +286,9 @@ def phase_c(settings: KafkaSettings, con, schema: ValueSchema, topic: str, rows:
     return time.perf_counter() - started
 
 
-def ceiling_and_floor(settings, admin, con, schema, a: dict, target, txn_time, topics,
-                      naive_rows: int) -> dict:  # fmt: skip
+def ceiling_and_floor(
+    settings, admin, con, schema, a: dict, target, txn_time, topics, naive_rows: int
+) -> dict:
     """Phases (b) and (c) after (a), and the ratios of (a) to each."""
     messages = pre_encode(con, target, txn_time)
     admin.create_topics([_new_topic(topic) for topic in topics])
@@ -279,9 +299,13 @@ def ceiling_and_floor(settings, admin, con, schema, a: dict, target, txn_time, t
     naive = min(naive_rows, a["rows"])
     secs_c = phase_c(settings, con, schema, topics[1], naive)
     rate_a, rate_b, rate_c = a["produce_from_duckdb_rows_per_s"], rows_b / secs_b, naive / secs_c
-    return {"raw_produce_rows_per_s": round(rate_b), "naive_rows_per_s": round(rate_c),
-            "ratio_raw": round(rate_a / rate_b, 3), "ratio_naive": round(rate_a / rate_c, 2),
-            "naive_rows_measured": naive}  # fmt: skip
+    return {
+        "raw_produce_rows_per_s": round(rate_b),
+        "naive_rows_per_s": round(rate_c),
+        "ratio_raw": round(rate_a / rate_b, 3),
+        "ratio_naive": round(rate_a / rate_c, 2),
+        "naive_rows_measured": naive,
+    }
 
 
 def run(bootstrap: str, rows: int, naive_rows: int | None, memory_limit: str) -> dict:
@@ -296,8 +320,9 @@ def run(bootstrap: str, rows: int, naive_rows: int | None, memory_limit: str) ->
             warm_up(settings, admin, con, schema)
             result, target, txn_time = measure_a(settings, con, schema, topics[0])
             if naive_rows is not None:
-                result |= ceiling_and_floor(settings, admin, con, schema, result, target,
-                                            txn_time, topics[1:], naive_rows)  # fmt: skip
+                result |= ceiling_and_floor(
+                    settings, admin, con, schema, result, target, txn_time, topics[1:], naive_rows
+                )
         finally:
             admin.delete_topics(topics)
             con.close()
@@ -309,8 +334,15 @@ def run(bootstrap: str, rows: int, naive_rows: int | None, memory_limit: str) ->
 
 def phase_a_child(bootstrap: str, rows: int, memory_limit: str) -> dict[str, Any]:
     """Run warm-up and (a) alone on ``rows`` rows in a fresh process; its RESULT."""
-    cmd = [sys.executable, __file__, "--phase-a-only", "--rows", str(rows),
-           "--duckdb-memory-limit", memory_limit]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--phase-a-only",
+        "--rows",
+        str(rows),
+        "--duckdb-memory-limit",
+        memory_limit,
+    ]
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env=env).stdout
     last = [line for line in out.splitlines() if line.startswith("RESULT ")][-1]
@@ -322,12 +354,14 @@ def compare_rss(bootstrap: str, memory_limit: str) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for label, rows in COMPARE_SIZES:
         child = phase_a_child(bootstrap, rows, memory_limit)
-        result |= {f"rss_{label}_mb": child["peak_rss_mb"],
-                   f"rss_before_{label}_mb": child["rss_before_mb"],
-                   f"rss_increase_{label}_mb": child["rss_increase_mb"],
-                   f"max_rss_{label}_mb": child["max_rss_mb"],
-                   f"duckdb_memory_{label}_mb": child["duckdb_memory_mb"],
-                   f"rows_per_s_{label}": child["produce_from_duckdb_rows_per_s"]}  # fmt: skip
+        result |= {
+            f"rss_{label}_mb": child["peak_rss_mb"],
+            f"rss_before_{label}_mb": child["rss_before_mb"],
+            f"rss_increase_{label}_mb": child["rss_increase_mb"],
+            f"max_rss_{label}_mb": child["max_rss_mb"],
+            f"duckdb_memory_{label}_mb": child["duckdb_memory_mb"],
+            f"rows_per_s_{label}": child["produce_from_duckdb_rows_per_s"],
+        }
     small, large = (result[f"rss_{label}_mb"] for label, _ in COMPARE_SIZES)
     result["rss_growth_ratio"] = round(large / small, 3)
     result["rss_growth_mb"] = round(large - small, 1)

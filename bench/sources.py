@@ -82,11 +82,13 @@ def postgres_server() -> Iterator[str]:
         raise SystemExit("PostgreSQL server binaries not found: run scripts/install-postgres.sh")
     home, port = pg_support._make_home(), pg_support._free_port()
     data, pg_ctl = home / "data", str(bin_dir / "pg_ctl")
-    pg_support._run([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                     "-E", "UTF8"])  # fmt: skip
+    pg_support._run(
+        [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"]
+    )
     options = f"-h 127.0.0.1 -p {port} -k {home} -c fsync=off -c shared_buffers=512MB"
-    pg_support._run([pg_ctl, "-D", str(data), "-l", str(home / "server.log"), "-o", options,
-                     "-w", "start"])  # fmt: skip
+    pg_support._run(
+        [pg_ctl, "-D", str(data), "-l", str(home / "server.log"), "-o", options, "-w", "start"]
+    )
     try:
         yield pg_support._create_database(port)
     finally:
@@ -158,17 +160,25 @@ def staging_rounds(dsn: str, rounds: int) -> dict[str, Any]:
     """Best rows/s of each way over ``rounds`` alternating rounds."""
     best: dict[str, float] = defaultdict(float)
     for index in range(rounds):
-        for name, timed in (("scanner", time_scanner), ("postgres", time_reader),
-                            ("query", lambda d: time_reader(d, A_QUERY))):  # fmt: skip
+        for name, timed in (
+            ("scanner", time_scanner),
+            ("postgres", time_reader),
+            ("query", lambda d: time_reader(d, A_QUERY)),
+        ):
             rows, seconds = timed(dsn)
             best[name] = max(best[name], rows / seconds)
-            print(f"round {index + 1} {name:8} rows={rows} seconds={seconds:.2f} "
-                  f"rows_per_s={rows / seconds:,.0f}", flush=True)  # fmt: skip
-    return {"postgres_rows_per_s": round(best["postgres"]),
-            "scanner_rows_per_s": round(best["scanner"]),
-            "ratio_scanner": round(best["postgres"] / best["scanner"], 3),
-            "query_rows_per_s": round(best["query"]),
-            "ratio_scanner_query": round(best["query"] / best["scanner"], 3)}  # fmt: skip
+            print(
+                f"round {index + 1} {name:8} rows={rows} seconds={seconds:.2f} "
+                f"rows_per_s={rows / seconds:,.0f}",
+                flush=True,
+            )
+    return {
+        "postgres_rows_per_s": round(best["postgres"]),
+        "scanner_rows_per_s": round(best["scanner"]),
+        "ratio_scanner": round(best["postgres"] / best["scanner"], 3),
+        "query_rows_per_s": round(best["query"]),
+        "ratio_scanner_query": round(best["query"] / best["scanner"], 3),
+    }
 
 
 # -- end to end: a flow from PostgreSQL to Kafka -------------------------------------------------
@@ -191,8 +201,9 @@ class LineitemFlow(FunctionRunner):
     async def initial_load(self, producer: KafkaProducer, reader: PostgresReader) -> None:  # type: ignore[override]
         """Stage, produce, commit."""
         schema = await reader.load("pg_lineitem", "select * from lineitem", "tpch", "TPCH")
-        target = producer.add_target(self.topic, "lineitem", KeySchema(schema), schema,
-                                     TOPIC_PARTITIONS)  # fmt: skip
+        target = producer.add_target(
+            self.topic, "lineitem", KeySchema(schema), schema, TOPIC_PARTITIONS
+        )
         producer.produce_from_duckdb("pg_lineitem", target, BATCH_ROWS, RowType.REPLACE)
         producer.commit()
 
@@ -268,8 +279,11 @@ def end_to_end(dsn: str, bootstrap: str) -> dict[str, Any]:
     print(f"end to end: {rows} rows in {wall:.2f} s = {rows / wall:,.0f} rows/s")
     for step, seconds in steps.items():
         print(f"  {step:18} {seconds:7.2f} s {100 * seconds / wall:5.1f} %")
-    return {"end_to_end_rows": rows, "end_to_end_rows_per_s": round(rows / wall),
-            "end_to_end_seconds": {k: round(v, 2) for k, v in steps.items()}}  # fmt: skip
+    return {
+        "end_to_end_rows": rows,
+        "end_to_end_rows_per_s": round(rows / wall),
+        "end_to_end_seconds": {k: round(v, 2) for k, v in steps.items()},
+    }
 
 
 def _split(seconds: dict[str, float], wall: float) -> dict[str, float]:

@@ -70,17 +70,26 @@ LATENCY_TABLES = 10  # tables a transaction of (c) updates (UPDATES rows each)
 LATENCY_TIMEOUT_S = 120.0
 BATCH_SIZE = 10_000
 COLUMNS = [
-    ("id", ps.AvroLong(), False), ("name", ps.AvroVarchar(40), True),
-    ("qty", ps.AvroInt(), True), ("price", ps.AvroDecimal(12, 2), True),
-    ("day", ps.AvroDate(), True), ("note", ps.AvroNVarchar(60), True),
-]  # fmt: skip
+    ("id", ps.AvroLong(), False),
+    ("name", ps.AvroVarchar(40), True),
+    ("qty", ps.AvroInt(), True),
+    ("price", ps.AvroDecimal(12, 2), True),
+    ("day", ps.AvroDate(), True),
+    ("note", ps.AvroNVarchar(60), True),
+]
 SOURCE_SQL = (
     "SELECT i::BIGINT AS id, 'name ' || i AS name, (i % 97)::INT AS qty, "
     "(i * 1.25)::DECIMAL(12, 2) AS price, DATE '2024-01-01' + (i % 365)::INT AS day, "
     "'row ' || i AS note FROM range({rows}) t(i)"
 )
-HEADLINE = ("tables", "initial_drain_s", "delta_drain_s", "s_per_table_delta", "latency_p50_s",
-            "latency_p99_s")  # fmt: skip
+HEADLINE = (
+    "tables",
+    "initial_drain_s",
+    "delta_drain_s",
+    "s_per_table_delta",
+    "latency_p50_s",
+    "latency_p99_s",
+)
 _STEPS = re.compile(r"batch (done|applied) .* steps=(\S+)")
 
 
@@ -97,10 +106,13 @@ def make_source(rows: int) -> duckdb.DuckDBPyConnection:
     """SRC (``rows`` rows), UPD (10 of its keys, new note) and DEL (2 other keys)."""
     con = duckdb.connect(config={"threads": "2"})
     con.execute("CREATE TABLE SRC AS " + SOURCE_SQL.format(rows=rows))
-    con.execute(f"CREATE TABLE UPD AS SELECT * REPLACE ('changed ' || id AS note) FROM SRC "
-                f"WHERE id % 10 = 7 ORDER BY id LIMIT {UPDATES}")  # fmt: skip
-    con.execute(f"CREATE TABLE DEL AS SELECT * FROM SRC WHERE id % 10 = 3 ORDER BY id "
-                f"LIMIT {DELETES}")  # fmt: skip
+    con.execute(
+        f"CREATE TABLE UPD AS SELECT * REPLACE ('changed ' || id AS note) FROM SRC "
+        f"WHERE id % 10 = 7 ORDER BY id LIMIT {UPDATES}"
+    )
+    con.execute(
+        f"CREATE TABLE DEL AS SELECT * FROM SRC WHERE id % 10 = 3 ORDER BY id LIMIT {DELETES}"
+    )
     return con
 
 
@@ -151,8 +163,13 @@ class CommitsSeen:
             self._next += 1
 
 
-def phase_latency(spark: Any, producer: KafkaProducer, targets: list[Target],
-                  settings: LakehouseSettings, seconds: float) -> dict[str, Any]:  # fmt: skip
+def phase_latency(
+    spark: Any,
+    producer: KafkaProducer,
+    targets: list[Target],
+    settings: LakehouseSettings,
+    seconds: float,
+) -> dict[str, Any]:
     """(c): a transaction a second, each updating rows of 10 random tables, against a running
     writer (1 s trigger); commit-to-visible per transaction."""
     stop, failure = threading.Event(), []
@@ -189,12 +206,18 @@ def phase_latency(spark: Any, producer: KafkaProducer, targets: list[Target],
         raise RuntimeError("phase latency: the writer failed") from failure[0]
     missing = set(committed) - set(seen.seen)
     if missing:
-        raise RuntimeError(f"phase latency: {len(missing)} of {len(committed)} commits not "
-                           f"visible within {LATENCY_TIMEOUT_S} s")  # fmt: skip
+        raise RuntimeError(
+            f"phase latency: {len(missing)} of {len(committed)} commits not "
+            f"visible within {LATENCY_TIMEOUT_S} s"
+        )
     latency = sorted(seen.seen[c] - t for c, t in committed.items())
     p50, p99 = (latency[min(len(latency) - 1, int(q * len(latency)))] for q in (0.5, 0.99))
-    return {"latency_p50_s": round(p50, 2), "latency_p99_s": round(p99, 2),
-            "latency_max_s": round(latency[-1], 2), "latency_commits": len(latency)}  # fmt: skip
+    return {
+        "latency_p50_s": round(p50, 2),
+        "latency_p99_s": round(p99, 2),
+        "latency_max_s": round(latency[-1], 2),
+        "latency_commits": len(latency),
+    }
 
 
 def last_commits(table: str, after: int) -> list[dict[str, Any]]:
@@ -216,8 +239,9 @@ def _camel(name: str) -> str:
     return {"numAddedRows": "numOutputRows"}.get(camel, camel)
 
 
-def check_tables(paths: list[str], after: dict[str, int], phase: str,
-                 expect: dict[str, int]) -> dict[str, int]:  # fmt: skip
+def check_tables(
+    paths: list[str], after: dict[str, int], phase: str, expect: dict[str, int]
+) -> dict[str, int]:
     """Check the metrics each table's new commits add up to; return each table's version."""
     versions = {}
     for path in paths:
@@ -229,14 +253,22 @@ def check_tables(paths: list[str], after: dict[str, int], phase: str,
                 found[name] = found.get(name, 0) + int(value)
         for name, value in expect.items():
             if found.get(name, 0) != value:
-                raise RuntimeError(f"phase {phase}: table {path}: {name}={found.get(name, 0)}, "
-                                   f"expected {value} (commits {infos})")  # fmt: skip
+                raise RuntimeError(
+                    f"phase {phase}: table {path}: {name}={found.get(name, 0)}, "
+                    f"expected {value} (commits {infos})"
+                )
         versions[path] = max((i["version"] for i in infos), default=after.get(path, -1))
     return versions
 
 
-def checked(spark: Any, settings: LakehouseSettings, paths: list[str], after: dict[str, int],
-            phase: str, expect: dict[str, int]) -> dict[str, int]:  # fmt: skip
+def checked(
+    spark: Any,
+    settings: LakehouseSettings,
+    paths: list[str],
+    after: dict[str, int],
+    phase: str,
+    expect: dict[str, int],
+) -> dict[str, int]:
     """:func:`check_tables`; on a failure, with the first ``_rejected`` reasons in the error."""
     try:
         return check_tables(paths, after, phase, expect)
@@ -298,36 +330,46 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     logging.getLogger("lakehouse_writer").addHandler(steps)
     with tempfile.TemporaryDirectory(prefix="bench_tables_") as work:
         con = make_source(args.rows)
-        producer = KafkaProducer("BENCH", f"bench_tables_{tag}", "bench", "bench", kafka,
-                                 duckdb_connection=con)  # fmt: skip
-        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log} \
-            if args.event_log else {}  # fmt: skip
+        producer = KafkaProducer(
+            "BENCH", f"bench_tables_{tag}", "bench", "bench", kafka, duckdb_connection=con
+        )
+        conf = (
+            {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log}
+            if args.event_log
+            else {}
+        )
         started = time.perf_counter()
         spark = build_spark_session(app_name="bench-tables", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
         result: dict[str, Any] = {"spark_start_s": round(time.perf_counter() - started, 2)}
-        settings = LakehouseSettings(**{
-            "LAKEHOUSE_PATH": f"{work}/lake", "LAKEHOUSE_CHECKPOINT_PATH": f"{work}/checkpoint",
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LAKEHOUSE_TOPICS_REGEX": f"{prefix}.*|_commits",
-            # where the producer's catalog is (the writer's default may still name the old one)
-            "LAKEHOUSE_SCHEMAS_TOPIC": SCHEMAS_TOPIC,
-        })  # fmt: skip
+        settings = LakehouseSettings(
+            **{
+                "LAKEHOUSE_PATH": f"{work}/lake",
+                "LAKEHOUSE_CHECKPOINT_PATH": f"{work}/checkpoint",
+                "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+                "LAKEHOUSE_TOPICS_REGEX": f"{prefix}.*|_commits",
+                # where the producer's catalog is (the writer's default may still name the old one)
+                "LAKEHOUSE_SCHEMAS_TOPIC": SCHEMAS_TOPIC,
+            }
+        )
         try:
             with producer:
                 started = time.perf_counter()
-                targets = [producer.add_target(topic, f"T{i:04d}", KeySchema(s), s)
-                           for i, (topic, s) in
-                           enumerate((t, make_schema(namespace, i)) for i, t in
-                                     enumerate(topics))]  # fmt: skip
+                targets = [
+                    producer.add_target(topic, f"T{i:04d}", KeySchema(s), s)
+                    for i, (topic, s) in enumerate(
+                        (t, make_schema(namespace, i)) for i, t in enumerate(topics)
+                    )
+                ]
                 result["add_targets_s"] = round(time.perf_counter() - started, 2)
                 result["produce_initial_s"] = round(produce_initial(producer, targets), 2)
-                paths = [TableRef.of(t.value_schema).path(settings.lakehouse_path)
-                         for t in targets]  # fmt: skip
+                paths = [TableRef.of(t.value_schema).path(settings.lakehouse_path) for t in targets]
                 secs = drain(spark, settings)
                 result["initial_drain_s"] = round(secs, 2)
                 result["steps_initial"] = steps.take()
-                versions = checked(spark, settings, paths, {}, "initial",
-                                   {"numOutputRows": args.rows})  # fmt: skip
+                versions = checked(
+                    spark, settings, paths, {}, "initial", {"numOutputRows": args.rows}
+                )
                 log.info("initial drain: %d tables in %.1f s", args.tables, secs)
                 result["produce_delta_s"] = round(produce_delta(producer, targets), 2)
                 secs = drain(spark, settings)
@@ -343,8 +385,9 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
                 )
                 log.info("delta drain: %d tables in %.1f s", args.tables, secs)
                 if args.latency_seconds:
-                    result |= phase_latency(spark, producer, targets, settings,
-                                            args.latency_seconds)  # fmt: skip
+                    result |= phase_latency(
+                        spark, producer, targets, settings, args.latency_seconds
+                    )
                     result["steps_latency"] = steps.take()
         finally:
             logging.getLogger("lakehouse_writer").removeHandler(steps)
@@ -353,12 +396,15 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
             con.close()
     result.setdefault("latency_p50_s", None)  # --latency-seconds 0: not measured
     result.setdefault("latency_p99_s", None)
-    result |= {"tables": args.tables, "rows_per_table": args.rows,
-               "partitions": args.partitions,
-               "s_per_table_initial": round(result["initial_drain_s"] / args.tables, 3),
-               "s_per_table_delta": round(result["delta_drain_s"] / args.tables, 3),
-               "load_avg_1m_before": round(load_before, 2),
-               "load_avg_1m_after": round(os.getloadavg()[0], 2)}  # fmt: skip
+    result |= {
+        "tables": args.tables,
+        "rows_per_table": args.rows,
+        "partitions": args.partitions,
+        "s_per_table_initial": round(result["initial_drain_s"] / args.tables, 3),
+        "s_per_table_delta": round(result["delta_drain_s"] / args.tables, 3),
+        "load_avg_1m_before": round(load_before, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+    }
     return {key: result[key] for key in HEADLINE} | result
 
 
@@ -377,8 +423,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tables", type=int, default=100, help="tables (one topic each)")
     parser.add_argument("--rows", type=int, default=2_000, help="rows per table in (a)")
     parser.add_argument("--partitions", type=int, default=1, help="partitions per topic")
-    parser.add_argument("--latency-seconds", type=float, default=60,
-                        help="seconds of the steady stream in (c); 0: skip it")  # fmt: skip
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=60,
+        help="seconds of the steady stream in (c); 0: skip it",
+    )
     parser.add_argument("--event-log", default=None, help="keep Spark's event log in this dir")
     parser.add_argument(
         "--verbose",

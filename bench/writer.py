@@ -77,15 +77,26 @@ LATENCY_KEY_OFFSET = 2_000_000_000  # new order keys of (d)
 SINGLE_OBJECT_HEADER = 10  # 0xC3 0x01 + 8-byte fingerprint
 DUCKDB_CONFIG = {"threads": "2"}  # the cores of the machine the figures were taken on
 COLUMNS = [
-    ("l_orderkey", ps.AvroLong(), False), ("l_linenumber", ps.AvroInt(), False),
-    ("l_partkey", ps.AvroLong(), True), ("l_suppkey", ps.AvroLong(), True),
-    ("l_quantity", ps.AvroDecimal(15, 2), True), ("l_extendedprice", ps.AvroDecimal(15, 2), True),
-    ("l_discount", ps.AvroDecimal(15, 2), True), ("l_shipdate", ps.AvroDate(), True),
-    ("l_shipmode", ps.AvroVarchar(10), True), ("l_comment", ps.AvroNVarchar(44), True),
-]  # fmt: skip
+    ("l_orderkey", ps.AvroLong(), False),
+    ("l_linenumber", ps.AvroInt(), False),
+    ("l_partkey", ps.AvroLong(), True),
+    ("l_suppkey", ps.AvroLong(), True),
+    ("l_quantity", ps.AvroDecimal(15, 2), True),
+    ("l_extendedprice", ps.AvroDecimal(15, 2), True),
+    ("l_discount", ps.AvroDecimal(15, 2), True),
+    ("l_shipdate", ps.AvroDate(), True),
+    ("l_shipmode", ps.AvroVarchar(10), True),
+    ("l_comment", ps.AvroNVarchar(44), True),
+]
 NAMES = ", ".join(name for name, _, _ in COLUMNS)
-HEADLINE = ("initial_load_rows_per_s", "append_baseline_rows_per_s", "ratio", "changes_rows_per_s",
-            "latency_p50_s", "latency_p99_s")  # fmt: skip
+HEADLINE = (
+    "initial_load_rows_per_s",
+    "append_baseline_rows_per_s",
+    "ratio",
+    "changes_rows_per_s",
+    "latency_p50_s",
+    "latency_p99_s",
+)
 
 
 def make_schema() -> ValueSchema:
@@ -112,17 +123,25 @@ def make_tables(rows: int, changes: int, commits: int) -> duckdb.DuckDBPyConnect
     others = [t for (t,) in con.execute("SHOW TABLES").fetchall() if t != "BENCH"]
     con.execute("".join(f"DROP TABLE {t};" for t in others))  # the rest of dbgen's output
     updates, inserts, deletes = change_counts(changes)
-    con.execute(f"CREATE TABLE PICKED AS SELECT * FROM BENCH "
-                f"USING SAMPLE reservoir({updates + deletes} ROWS) REPEATABLE (7)")  # fmt: skip
-    con.execute(f"CREATE TABLE UPD AS SELECT * REPLACE (CAST(l_quantity + 1 AS DECIMAL(15, 2)) "
-                f"AS l_quantity, 'updated by bench' AS l_comment) FROM PICKED "
-                f"WHERE rowid < {updates}")  # fmt: skip
+    con.execute(
+        f"CREATE TABLE PICKED AS SELECT * FROM BENCH "
+        f"USING SAMPLE reservoir({updates + deletes} ROWS) REPEATABLE (7)"
+    )
+    con.execute(
+        f"CREATE TABLE UPD AS SELECT * REPLACE (CAST(l_quantity + 1 AS DECIMAL(15, 2)) "
+        f"AS l_quantity, 'updated by bench' AS l_comment) FROM PICKED "
+        f"WHERE rowid < {updates}"
+    )
     con.execute(f"CREATE TABLE DEL AS SELECT * FROM PICKED WHERE rowid >= {updates}")
     latency_rows = (commits + 1) * LATENCY_ROWS
-    for table, offset, count in (("INS", INSERT_KEY_OFFSET, inserts),
-                                 ("LAT", LATENCY_KEY_OFFSET, latency_rows)):  # fmt: skip
-        con.execute(f"CREATE TABLE {table} AS SELECT * REPLACE (l_orderkey + {offset} "
-                    f"AS l_orderkey) FROM BENCH WHERE rowid < {count}")  # fmt: skip
+    for table, offset, count in (
+        ("INS", INSERT_KEY_OFFSET, inserts),
+        ("LAT", LATENCY_KEY_OFFSET, latency_rows),
+    ):
+        con.execute(
+            f"CREATE TABLE {table} AS SELECT * REPLACE (l_orderkey + {offset} "
+            f"AS l_orderkey) FROM BENCH WHERE rowid < {count}"
+        )
     return con
 
 
@@ -166,11 +185,15 @@ def rows_written(infos: list[dict[str, Any]]) -> int:
 
 
 def writer_settings(bootstrap: str, root: str, topic: str) -> LakehouseSettings:
-    return LakehouseSettings(**{
-        "LAKEHOUSE_PATH": f"{root}/lake", "LAKEHOUSE_CHECKPOINT_PATH": f"{root}/checkpoint",
-        "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LAKEHOUSE_TOPICS_REGEX": topic,
-        "LAKEHOUSE_TRIGGER_INTERVAL_S": TRIGGER_S,
-    })  # fmt: skip
+    return LakehouseSettings(
+        **{
+            "LAKEHOUSE_PATH": f"{root}/lake",
+            "LAKEHOUSE_CHECKPOINT_PATH": f"{root}/checkpoint",
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "LAKEHOUSE_TOPICS_REGEX": topic,
+            "LAKEHOUSE_TRIGGER_INTERVAL_S": TRIGGER_S,
+        }
+    )
 
 
 def run_writer_once(spark: Any, settings: LakehouseSettings) -> float:
@@ -188,19 +211,24 @@ def run_baseline(spark: Any, bootstrap: str, topic: str, schema: ValueSchema, ro
     body = F.expr(f"substring(value, {SINGLE_OBJECT_HEADER + 1})")  # the Avro body
     source = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-        .option("startingOffsets", "earliest").option("failOnDataLoss", "true")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
         .option("kafka.isolation.level", "read_committed")
         # the writer's fetch wait too: the ratio is about the writer's work, not a setting
         .option("kafka.fetch.max.wait.ms", read.SOURCE_DEFAULTS["kafka.fetch.max.wait.ms"])
         .load()
-    )  # fmt: skip
+    )
     rows = source.select(from_avro(body, json.dumps(schema.to_avro_json())).alias("r"))
     started = time.perf_counter()
     query = (
-        rows.select("r.*").writeStream.format("delta").trigger(availableNow=True)
-        .option("checkpointLocation", f"{root}/checkpoint").start(f"{root}/table")
-    )  # fmt: skip
+        rows.select("r.*")
+        .writeStream.format("delta")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", f"{root}/checkpoint")
+        .start(f"{root}/table")
+    )
     query.awaitTermination()
     return time.perf_counter() - started
 
@@ -217,8 +245,9 @@ def warm_up(spark: Any, schema: ValueSchema, bootstrap: str, work: str, topic: s
     run_baseline(spark, bootstrap, topic, schema, f"{work}/warm_baseline")
 
 
-def phase_load(spark: Any, settings: LakehouseSettings, schema: ValueSchema, rows: int,
-               name: str) -> dict[str, Any]:  # fmt: skip
+def phase_load(
+    spark: Any, settings: LakehouseSettings, schema: ValueSchema, rows: int, name: str
+) -> dict[str, Any]:
     """(a) or (m): the writer applies the initial load on a fresh lakehouse."""
     one_pass = _OnePassSeen()
     logging.getLogger("lakehouse_writer.reload").addHandler(one_pass)
@@ -229,10 +258,20 @@ def phase_load(spark: Any, settings: LakehouseSettings, schema: ValueSchema, row
     path = TableRef.of(schema).path(settings.lakehouse_path)
     count_rows(spark, path, rows, name)
     ops = [info.get("operation", "?") for info in delta_commits(path)]
-    log.info("%s: %d rows in %.1f s, delta operations %s, written in one pass: %s", name, rows,
-             secs, ops, one_pass.seen)  # fmt: skip
-    return {f"{name}_rows_per_s": round(rows / secs), f"{name}_s": round(secs, 2),
-            f"{name}_operations": ops, f"{name}_one_pass": one_pass.seen}  # fmt: skip
+    log.info(
+        "%s: %d rows in %.1f s, delta operations %s, written in one pass: %s",
+        name,
+        rows,
+        secs,
+        ops,
+        one_pass.seen,
+    )
+    return {
+        f"{name}_rows_per_s": round(rows / secs),
+        f"{name}_s": round(secs, 2),
+        f"{name}_operations": ops,
+        f"{name}_one_pass": one_pass.seen,
+    }
 
 
 class _OnePassSeen(logging.Handler):
@@ -246,13 +285,22 @@ class _OnePassSeen(logging.Handler):
         self.seen = self.seen or "one_pass=True" in record.getMessage()
 
 
-def phase_changes(spark: Any, producer: KafkaProducer, target: Target, settings: LakehouseSettings,
-                  rows: int, changes: int) -> dict[str, Any]:  # fmt: skip
+def phase_changes(
+    spark: Any,
+    producer: KafkaProducer,
+    target: Target,
+    settings: LakehouseSettings,
+    rows: int,
+    changes: int,
+) -> dict[str, Any]:
     """(c): the change set, applied by the writer with the checkpoint of (a)."""
     path = TableRef.of(target.value_schema).path(settings.lakehouse_path)
     before, started = len(delta_commits(path)) - 1, time.perf_counter()
-    for table, row_type in (("UPD", RowType.UPDATE), ("INS", RowType.INSERT),
-                            ("DEL", RowType.DELETE)):  # fmt: skip
+    for table, row_type in (
+        ("UPD", RowType.UPDATE),
+        ("INS", RowType.INSERT),
+        ("DEL", RowType.DELETE),
+    ):
         producer.produce_from_duckdb(table, target, BATCH_SIZE, row_type)
     producer.commit()  # one transaction
     produce_s = time.perf_counter() - started
@@ -261,12 +309,21 @@ def phase_changes(spark: Any, producer: KafkaProducer, target: Target, settings:
     count_rows(spark, path, rows + inserts - deletes, "changes")
     ops = [info.get("operation", "?") for info in delta_commits(path, before)]
     log.info("changes: %d rows in %.1f s, delta operations %s", changes, secs, ops)
-    return {"changes_s": round(secs, 2), "changes_rows_per_s": round(changes / secs),
-            "changes_operations": ops, "produce_changes_s": round(produce_s, 2)}  # fmt: skip
+    return {
+        "changes_s": round(secs, 2),
+        "changes_rows_per_s": round(changes / secs),
+        "changes_operations": ops,
+        "produce_changes_s": round(produce_s, 2),
+    }
 
 
-def commit_and_wait(producer: KafkaProducer, target: Target, settings: LakehouseSettings,
-                    n: int, writer: threading.Thread) -> tuple[float, float]:  # fmt: skip
+def commit_and_wait(
+    producer: KafkaProducer,
+    target: Target,
+    settings: LakehouseSettings,
+    n: int,
+    writer: threading.Thread,
+) -> tuple[float, float]:
     """Commit small transaction ``n``; seconds until in the Delta log, and until batch done."""
     path = TableRef.of(target.value_schema).path(settings.lakehouse_path)
     checkpoint, before = settings.checkpoint_path, len(delta_commits(path)) - 1
@@ -282,12 +339,15 @@ def commit_and_wait(producer: KafkaProducer, target: Target, settings: Lakehouse
         if visible is not None and batch > last_batch:
             return visible, time.monotonic() - committed
         time.sleep(POLL_S)
-    raise RuntimeError(f"phase d: commit {n} not applied to {path} (visible after {visible} s)"
-                       f"; writer running: {writer.is_alive()}")  # fmt: skip
+    raise RuntimeError(
+        f"phase d: commit {n} not applied to {path} (visible after {visible} s)"
+        f"; writer running: {writer.is_alive()}"
+    )
 
 
-def phase_latency(spark: Any, producer: KafkaProducer, target: Target,
-                  settings: LakehouseSettings, commits: int) -> dict[str, Any]:  # fmt: skip
+def phase_latency(
+    spark: Any, producer: KafkaProducer, target: Target, settings: LakehouseSettings, commits: int
+) -> dict[str, Any]:
     """(d): small commits against the running writer (1 s trigger)."""
     stop, failure = threading.Event(), []
 
@@ -307,16 +367,29 @@ def phase_latency(spark: Any, producer: KafkaProducer, target: Target,
         thread.join(VISIBLE_TIMEOUT_S)
     if failure:
         raise RuntimeError("phase d: the writer failed") from failure[0]
-    log.info("latency over %d commits (visible, batch done): %s", commits,
-             [(round(v, 1), round(d, 1)) for v, d in times])  # fmt: skip
+    log.info(
+        "latency over %d commits (visible, batch done): %s",
+        commits,
+        [(round(v, 1), round(d, 1)) for v, d in times],
+    )
     visible, done = np.array(times).T
     p50, p99, top = np.percentile(visible, [50, 99, 100]).round(2).tolist()
-    return {"latency_p50_s": p50, "latency_p99_s": p99, "latency_max_s": top,
-            "batch_done_p50_s": round(float(np.median(done)), 2)}  # fmt: skip
+    return {
+        "latency_p50_s": p50,
+        "latency_p99_s": p99,
+        "latency_max_s": top,
+        "batch_done_p50_s": round(float(np.median(done)), 2),
+    }
 
 
-def phases(spark: Any, producer: KafkaProducer, args: argparse.Namespace, bootstrap: str,
-           work: str, topic: str) -> dict[str, Any]:  # fmt: skip
+def phases(
+    spark: Any,
+    producer: KafkaProducer,
+    args: argparse.Namespace,
+    bootstrap: str,
+    work: str,
+    topic: str,
+) -> dict[str, Any]:
     """Warm-up, then (a), (b), (m), (c), (d) on the same topic."""
     schema = make_schema()
     target = producer.add_target(topic, "LINEITEM", KeySchema(schema), schema, PARTITIONS)
@@ -331,22 +404,27 @@ def phases(spark: Any, producer: KafkaProducer, args: argparse.Namespace, bootst
         log.info("append_baseline: %d rows in %.1f s", args.rows, bases[-1])
     result = dict(sorted(loads, key=lambda r: r["initial_load_s"])[len(loads) // 2])  # median
     base_s = float(np.median(bases))
-    result |= {"append_baseline_rows_per_s": round(args.rows / base_s),
-               "append_baseline_s": round(base_s, 2),
-               "ratio": round(base_s / result["initial_load_s"], 3),
-               "initial_load_runs_s": [r["initial_load_s"] for r in loads],
-               "append_baseline_runs_s": [round(b, 2) for b in bases],
-               "initial_load_fast_path": "MERGE" not in result["initial_load_operations"],
-               "rows": args.rows, "produce_load_s": round(produce_s, 2)}  # fmt: skip
+    result |= {
+        "append_baseline_rows_per_s": round(args.rows / base_s),
+        "append_baseline_s": round(base_s, 2),
+        "ratio": round(base_s / result["initial_load_s"], 3),
+        "initial_load_runs_s": [r["initial_load_s"] for r in loads],
+        "append_baseline_runs_s": [round(b, 2) for b in bases],
+        "initial_load_fast_path": "MERGE" not in result["initial_load_operations"],
+        "rows": args.rows,
+        "produce_load_s": round(produce_s, 2),
+    }
     if args.merge:
-        result |= compare_merge(bootstrap, work, topic, spark, schema, args.rows,
-                                result["initial_load_s"])  # fmt: skip
+        result |= compare_merge(
+            bootstrap, work, topic, spark, schema, args.rows, result["initial_load_s"]
+        )
     result |= phase_changes(spark, producer, target, settings, args.rows, args.changes)
     return result | phase_latency(spark, producer, target, settings, args.commits)
 
 
-def compare_merge(bootstrap: str, work: str, topic: str, spark: Any, schema: ValueSchema,
-                  rows: int, fast_s: float) -> dict[str, Any]:  # fmt: skip
+def compare_merge(
+    bootstrap: str, work: str, topic: str, spark: Any, schema: ValueSchema, rows: int, fast_s: float
+) -> dict[str, Any]:
     """(m): (a) on a fresh lakehouse with ``apply._is_empty`` (fast path test) always False."""
     is_empty = getattr(apply, "_is_empty", None)
     if is_empty is None:
@@ -355,7 +433,7 @@ def compare_merge(bootstrap: str, work: str, topic: str, spark: Any, schema: Val
     try:
         settings = writer_settings(bootstrap, f"{work}/merged", topic).model_copy(
             update={"reload_one_pass_min_rows": 0}  # the MERGE, not the one-pass append
-        )  # fmt: skip
+        )
         merged = phase_load(spark, settings, schema, rows, "merge_forced")
     finally:
         apply._is_empty = is_empty  # type: ignore[attr-defined]
@@ -381,8 +459,9 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         con = make_tables(args.rows, args.changes, args.commits)
         spark = build_spark_session(app_name="bench-writer")
         spark.sparkContext.setLogLevel("ERROR")
-        producer = KafkaProducer("TPCH", f"bench_writer_{tag}", "bench", "bench", settings,
-                                 duckdb_connection=con)  # fmt: skip
+        producer = KafkaProducer(
+            "TPCH", f"bench_writer_{tag}", "bench", "bench", settings, duckdb_connection=con
+        )
         try:
             with producer:
                 result = phases(spark, producer, args, bootstrap, work, topic)
@@ -391,9 +470,16 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
             spark.stop()
             con.close()
     headline = {key: result[key] for key in HEADLINE}
-    return headline | result | {"changes": args.changes, "commits": args.commits,
-                                "load_avg_1m_before": round(load_before, 2),
-                                "load_avg_1m_after": round(os.getloadavg()[0], 2)}  # fmt: skip
+    return (
+        headline
+        | result
+        | {
+            "changes": args.changes,
+            "commits": args.commits,
+            "load_avg_1m_before": round(load_before, 2),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        }
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -166,8 +166,18 @@ def _format_storage(layout: BrokerLayout, java: str, classpath: str) -> None:
     if (layout.data / "meta.properties").is_file():
         return
     cluster_id = _cluster_id()
-    cmd = [java, *_jvm_flags(layout), "-cp", classpath, "kafka.tools.StorageTool",
-           "format", "-t", cluster_id, "-c", str(layout.config)]  # fmt: skip
+    cmd = [
+        java,
+        *_jvm_flags(layout),
+        "-cp",
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(layout.config),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
         raise DevstackError(
@@ -205,9 +215,12 @@ def _wait_until_answering(layout: BrokerLayout, timeout_s: float) -> None:
         _warm_up_transactions(layout)
 
     process.wait_until_ready(
-        probe, lambda: status(layout) is not None,
-        f"The Kafka broker at {layout.bootstrap}", layout.log_file, timeout_s,
-    )  # fmt: skip
+        probe,
+        lambda: status(layout) is not None,
+        f"The Kafka broker at {layout.bootstrap}",
+        layout.log_file,
+        timeout_s,
+    )
 
 
 def _warm_up_transactions(layout: BrokerLayout) -> None:

@@ -120,8 +120,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"kafka: running at {layout.bootstrap} (pid {pid})")
         reg = registry.RegistryLayout.default()
         reg_pid = registry.status(reg)
-        print(f"schema registry: running at {reg.url} (pid {reg_pid})" if reg_pid else
-              "schema registry: not running")  # fmt: skip
+        print(
+            f"schema registry: running at {reg.url} (pid {reg_pid})"
+            if reg_pid
+            else "schema registry: not running"
+        )
     if secured_pid is not None:
         print(f"kafka (secured): running at {secured.bootstrap} (pid {secured_pid})")
     return EXIT_NOT_RUNNING if pid is None else 0
@@ -167,9 +170,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd.set_defaults(func=func)
         if name == "up":
             cmd.add_argument(
-                "--registry", action="store_true",
+                "--registry",
+                action="store_true",
                 help="also start a Confluent-compatible schema registry (Apicurio, Java 21+)",
-            )  # fmt: skip
+            )
             _secure_options(cmd)
         if name == "down":
             cmd.add_argument("--secure", action="store_true", help="stop the secured broker only")

@@ -57,9 +57,16 @@ def _resolve(profile: str, target: Path) -> None:
     staging = target.with_name(target.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     cmd = [
-        tools.maven(), "-q", "-B", "-f", str(paths.POM), "-P", profile,
-        "dependency:copy-dependencies", f"-DoutputDirectory={staging}",
-    ]  # fmt: skip
+        tools.maven(),
+        "-q",
+        "-B",
+        "-f",
+        str(paths.POM),
+        "-P",
+        profile,
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={staging}",
+    ]
     log.info("resolving %s jars with Maven into %s", profile, target)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:

@@ -22,9 +22,13 @@ def start(cmd: Sequence[str], log_file: Path, pid_file: Path, cwd: Path) -> int:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as out:
         proc = subprocess.Popen(  # noqa: S603 - the command is built by devstack itself
-            list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=cwd, start_new_session=True,  # survives the CLI; `down` stops it
-        )  # fmt: skip
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,  # survives the CLI; `down` stops it
+        )
     pid_file.write_text(f"{proc.pid}\n")
     return proc.pid
 

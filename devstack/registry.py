@@ -80,12 +80,16 @@ def up(layout: RegistryLayout | None = None) -> RegistryLayout:
         java = tools.java(MIN_JAVA, purpose="Apicurio Registry 3.x")
         _unpack(layout)
         cmd = [
-            java, *_HEAP,
-            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={layout.port}",
+            java,
+            *_HEAP,
+            "-Dquarkus.http.host=127.0.0.1",
+            f"-Dquarkus.http.port={layout.port}",
             # the management interface is build-time enabled; keep it off 0.0.0.0:9000
-            "-Dquarkus.management.host=127.0.0.1", f"-Dquarkus.management.port={layout.port + 1}",
-            "-jar", str(layout.runner),
-        ]  # fmt: skip
+            "-Dquarkus.management.host=127.0.0.1",
+            f"-Dquarkus.management.port={layout.port + 1}",
+            "-jar",
+            str(layout.runner),
+        ]
         pid = process.start(cmd, layout.log_file, layout.pid_file, layout.app)
         log.info("started schema registry pid=%d url=%s", pid, layout.url)
     try:
@@ -121,6 +125,9 @@ def _wait_until_answering(layout: RegistryLayout) -> None:
             pass  # non-2xx answers raise HTTPError
 
     process.wait_until_ready(
-        probe, lambda: status(layout) is not None,
-        f"The schema registry at {layout.url}", layout.log_file, START_TIMEOUT_S,
-    )  # fmt: skip
+        probe,
+        lambda: status(layout) is not None,
+        f"The schema registry at {layout.url}",
+        layout.log_file,
+        START_TIMEOUT_S,
+    )

@@ -29,12 +29,13 @@ from typing import Any
 import duckdb
 
 SCALE = float(os.environ.get("DEMO_TPCH_SCALE", "0.01"))
-TPCH_TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders",
-               "lineitem")  # fmt: skip
+TPCH_TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 QUERIES = (1, 3)  # TPC-H Q1 (lineitem) and Q3 (customer, orders, lineitem)
-REVENUE = ("SELECT c.c_mktsegment AS segment, count(*) AS order_count, "
-           "sum(o.o_totalprice) AS revenue FROM orders o JOIN customer c "
-           "ON o.o_custkey = c.c_custkey GROUP BY 1 ORDER BY 1")  # fmt: skip
+REVENUE = (
+    "SELECT c.c_mktsegment AS segment, count(*) AS order_count, "
+    "sum(o.o_totalprice) AS revenue FROM orders o JOIN customer c "
+    "ON o.o_custkey = c.c_custkey GROUP BY 1 ORDER BY 1"
+)
 
 
 def main() -> int:
@@ -60,13 +61,20 @@ def _pipeline(bootstrap: str, work: Path) -> bool:
 
     run_id = uuid.uuid4().hex[:8]
     source, lake = work / "source.duckdb", work / "lake"
-    os.environ.update({
-        "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "KAFKA_TOPIC_PARTITIONS": "3",
-        "TPCH_SOURCE_PATH": str(source), "TPCH_TOPIC_PREFIX": f"demo_{run_id}.tpch.",
-        "LAKEHOUSE_PATH": str(lake), "LAKEHOUSE_FLOW_TOPIC": f"demo_{run_id}.revenue",
-    })  # fmt: skip
-    _step(f"generate the TPC-H source system (scale factor {SCALE})",
-          lambda: create_source(source, SCALE))  # fmt: skip
+    os.environ.update(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "KAFKA_TOPIC_PARTITIONS": "3",
+            "TPCH_SOURCE_PATH": str(source),
+            "TPCH_TOPIC_PREFIX": f"demo_{run_id}.tpch.",
+            "LAKEHOUSE_PATH": str(lake),
+            "LAKEHOUSE_FLOW_TOPIC": f"demo_{run_id}.revenue",
+        }
+    )
+    _step(
+        f"generate the TPC-H source system (scale factor {SCALE})",
+        lambda: create_source(source, SCALE),
+    )
     _show_run(_step("tpch flow: initial load", lambda: asyncio.run(TpchFlow().run("initial"))))
     changes = _step(
         "change the source: update, add and delete orders",
@@ -77,8 +85,12 @@ def _pipeline(bootstrap: str, work: Path) -> bool:
     _writer(work, bootstrap, run_id)
     ok = _compare_tables(source, lake)
     ok = _compare_queries(source, lake) and ok
-    _show_run(_step("lakehouse flow: revenue per segment from the Delta tables",
-                    lambda: asyncio.run(LakehouseFlow().run("initial"))))  # fmt: skip
+    _show_run(
+        _step(
+            "lakehouse flow: revenue per segment from the Delta tables",
+            lambda: asyncio.run(LakehouseFlow().run("initial")),
+        )
+    )
     _writer(work, bootstrap, run_id)
     return _compare_revenue(source, lake) and ok
 
@@ -108,9 +120,21 @@ def _broker() -> Iterator[str]:
 
 
 def _writer(work: Path, bootstrap: str, run_id: str) -> None:
-    command = [sys.executable, "-m", "lakehouse_writer", "run", "--once",
-               "--lakehouse", str(work / "lake"), "--checkpoint", str(work / "checkpoint"),
-               "--topics", f"demo_{run_id}\\..*", "--bootstrap-servers", bootstrap]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "lakehouse_writer",
+        "run",
+        "--once",
+        "--lakehouse",
+        str(work / "lake"),
+        "--checkpoint",
+        str(work / "checkpoint"),
+        "--topics",
+        f"demo_{run_id}\\..*",
+        "--bootstrap-servers",
+        bootstrap,
+    ]
     log = work / "writer.log"
     with log.open("a") as out:
         code = _step(
@@ -161,8 +185,10 @@ def _compare_queries(source: Path, lake: Path) -> bool:
             sql = _tpch_query(number)
             a, b = src.execute(sql).fetchall(), delta.execute(sql).fetchall()
             ok = ok and a == b
-            print(f"\n   TPC-H Q{number}: {len(a)} rows on the source, {len(b)} on Delta: "
-                  f"{'equal' if a == b else 'DIFFERENT'}")  # fmt: skip
+            print(
+                f"\n   TPC-H Q{number}: {len(a)} rows on the source, {len(b)} on Delta: "
+                f"{'equal' if a == b else 'DIFFERENT'}"
+            )
             for row_a, row_b in list(zip(a, b, strict=False))[:3]:
                 print(f"     source {_fmt(row_a)}\n     delta  {_fmt(row_b)}")
     return ok
@@ -181,8 +207,9 @@ def _compare_revenue(source: Path, lake: Path) -> bool:
     with duckdb.connect(str(source), read_only=True) as src:
         expected = src.execute(REVENUE).fetchall()
     with _lakehouse(lake, "lakehouse") as delta:
-        got = delta.execute("SELECT segment, order_count, revenue FROM revenue_by_segment "
-                            "ORDER BY 1").fetchall()  # fmt: skip
+        got = delta.execute(
+            "SELECT segment, order_count, revenue FROM revenue_by_segment ORDER BY 1"
+        ).fetchall()
     print("\n   revenue_by_segment (Delta)            same SQL on the source")
     for row_a, row_b in zip(got, expected, strict=False):
         print(f"   {_fmt(row_a):<38} {_fmt(row_b)}")

@@ -59,8 +59,13 @@ class LakehouseFlow(FunctionRunner):
         versions = self._versions()
         target = await self._compute(producer, reader)
         truncate = create_truncate_row(target.value_schema, None)
-        producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_row(
+            target,
+            create_key_row(truncate, target.key_schema),
+            truncate,
+            RowType.TRUNCATE,
+            partition=0,
+        )
         producer.produce_from_duckdb("revenue_by_segment", target, 10_000, RowType.REPLACE)
         self.set_delta_pointer({"versions": versions, "segments": self._figures(reader)})
         producer.commit()
@@ -78,19 +83,26 @@ class LakehouseFlow(FunctionRunner):
         if changed:
             listed = ", ".join(_quote(segment) for segment in changed)
             producer.produce_from_duckdb(
-                f"SELECT * FROM revenue_by_segment WHERE segment IN ({listed})", target,
-                10_000, RowType.UPSERT,
-            )  # fmt: skip
+                f"SELECT * FROM revenue_by_segment WHERE segment IN ({listed})",
+                target,
+                10_000,
+                RowType.UPSERT,
+            )
         for segment in sorted(set(published) - set(now)):  # no orders left: delete by key
-            producer.produce_row(target, {"segment": segment}, {"segment": segment},
-                                 RowType.EXTERMINATE)  # fmt: skip
+            producer.produce_row(
+                target, {"segment": segment}, {"segment": segment}, RowType.EXTERMINATE
+            )
         self.set_delta_pointer({"versions": versions, "segments": now})
         producer.commit()
 
     async def _compute(self, producer: KafkaProducer, reader: SourceAdapter) -> Target:
         """Stage the result as ``revenue_by_segment``; return its target."""
-        schema = await reader.load("revenue_by_segment", REVENUE_SQL.format(lake=self.lake),
-                                   "lakehouse", self.source_system)  # fmt: skip
+        schema = await reader.load(
+            "revenue_by_segment",
+            REVENUE_SQL.format(lake=self.lake),
+            "lakehouse",
+            self.source_system,
+        )
         schema.set_primary_keys("segment")
         schema.set_table_comment("Order count and revenue per customer market segment")
         schema.set_column_comment("revenue", "sum of o_totalprice of the segment's orders")

@@ -66,8 +66,10 @@ class PostgresOrdersFlow(FunctionRunner):
     def create_reader(self) -> PostgresReader:
         """A reader of the database that ``POSTGRES_FLOW_DSN`` names."""
         if not self.dsn:
-            raise ConfigError("set POSTGRES_FLOW_DSN to the shop database (libpq DSN or URL)",
-                              flow=self.function_name)  # fmt: skip
+            raise ConfigError(
+                "set POSTGRES_FLOW_DSN to the shop database (libpq DSN or URL)",
+                flow=self.function_name,
+            )
         return PostgresReader(self.dsn, self.logger)
 
     async def initial_load(self, producer: KafkaProducer, reader: PostgresReader) -> None:
@@ -76,8 +78,13 @@ class PostgresOrdersFlow(FunctionRunner):
         for table in TABLES:
             target = await self._stage(producer, reader, table, "true")
             truncate = create_truncate_row(target.value_schema, None)
-            producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
-                                 RowType.TRUNCATE, partition=0)  # fmt: skip
+            producer.produce_row(
+                target,
+                create_key_row(truncate, target.key_schema),
+                truncate,
+                RowType.TRUNCATE,
+                partition=0,
+            )
             producer.produce_from_duckdb(f"pg_{table}", target, BATCH_ROWS, RowType.REPLACE)
             newest.append(_newest(reader, f"pg_{table}", "updated_at", horizon))
         self._commit(producer, newest)
@@ -90,31 +97,51 @@ class PostgresOrdersFlow(FunctionRunner):
         self._commit(producer, newest)
 
     async def _delta(
-        self, producer: KafkaProducer, reader: PostgresReader, table: str, key: str,
-        since: str | None, horizon: datetime,
-    ) -> list[datetime | None]:  # fmt: skip
+        self,
+        producer: KafkaProducer,
+        reader: PostgresReader,
+        table: str,
+        key: str,
+        since: str | None,
+        horizon: datetime,
+    ) -> list[datetime | None]:
         """One table's changes stamped in ``(since, horizon)``; returns the newest stamps."""
         changed, deleted = f"pg_{table}", f"pg_{table}_deleted"
         target = await self._stage(producer, reader, table, _window("updated_at", since, horizon))
-        await reader.load(deleted, f"SELECT {key}, max(deleted_at) AS deleted_at FROM shop."
-                          f"{table}_deleted WHERE {_window('deleted_at', since, horizon)} "
-                          f"GROUP BY {key}", NAMESPACE)  # fmt: skip
+        await reader.load(
+            deleted,
+            f"SELECT {key}, max(deleted_at) AS deleted_at FROM shop."
+            f"{table}_deleted WHERE {_window('deleted_at', since, horizon)} "
+            f"GROUP BY {key}",
+            NAMESPACE,
+        )
         # A deleted row: only its key is known, the rest is null. Deleted, then written: UPSERT.
-        gone = (f"SELECT * FROM {changed} WHERE false UNION ALL BY NAME SELECT {key} "
-                f"FROM {deleted} WHERE {key} NOT IN (SELECT {key} FROM {changed})")  # fmt: skip
-        for rows, row_type in ((gone, RowType.EXTERMINATE),
-                               (f"SELECT * FROM {changed}", RowType.UPSERT)):  # fmt: skip
+        gone = (
+            f"SELECT * FROM {changed} WHERE false UNION ALL BY NAME SELECT {key} "
+            f"FROM {deleted} WHERE {key} NOT IN (SELECT {key} FROM {changed})"
+        )
+        for rows, row_type in (
+            (gone, RowType.EXTERMINATE),
+            (f"SELECT * FROM {changed}", RowType.UPSERT),
+        ):
             if reader.connection.execute(f"SELECT count(*) FROM ({rows})").fetchone()[0]:
                 producer.produce_from_duckdb(rows, target, BATCH_ROWS, row_type)
-        return [_newest(reader, changed, "updated_at", horizon),
-                _newest(reader, deleted, "deleted_at", horizon)]  # fmt: skip
+        return [
+            _newest(reader, changed, "updated_at", horizon),
+            _newest(reader, deleted, "deleted_at", horizon),
+        ]
 
-    async def _stage(self, producer: KafkaProducer, reader: PostgresReader, table: str,
-                     where: str) -> Target:  # fmt: skip
+    async def _stage(
+        self, producer: KafkaProducer, reader: PostgresReader, table: str, where: str
+    ) -> Target:
         """Read the rows of ``shop.<table>`` matching ``where`` into ``pg_<table>``."""
         reader.set_schema_name_for_sql(table, NAMESPACE)
-        schema = await reader.load(f"pg_{table}", f"SELECT * FROM shop.{table} WHERE {where}",
-                                   NAMESPACE, self.source_system)  # fmt: skip
+        schema = await reader.load(
+            f"pg_{table}",
+            f"SELECT * FROM shop.{table} WHERE {where}",
+            NAMESPACE,
+            self.source_system,
+        )
         if not schema.pks:
             raise SourceError("no primary key in the catalog", table=f"shop.{table}")
         schema.set_data_product_owner_email("shop-data@example.com")
@@ -137,8 +164,10 @@ async def _horizon(reader: PostgresReader) -> datetime:
     finally:
         await reader.pg.rollback()
     if not can_see_all:
-        raise SourceError("cannot see other sessions' transactions: GRANT pg_read_all_stats "
-                          "TO the flow's user", user=reader.pg.info.user)  # fmt: skip
+        raise SourceError(
+            "cannot see other sessions' transactions: GRANT pg_read_all_stats TO the flow's user",
+            user=reader.pg.info.user,
+        )
     return horizon
 
 

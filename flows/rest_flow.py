@@ -88,9 +88,14 @@ class OrdersApi(RestReader):
 
     def page_to_arrow(self, payload: Any, arrow_schema: pa.Schema) -> pa.Table:
         """The page's items; amounts arrive as strings and stamps as ISO 8601."""
-        items = [{**item, "amount": Decimal(item["amount"]),
-                  "updated_at": datetime.fromisoformat(item["updated_at"])}
-                 for item in payload["items"]]  # fmt: skip
+        items = [
+            {
+                **item,
+                "amount": Decimal(item["amount"]),
+                "updated_at": datetime.fromisoformat(item["updated_at"]),
+            }
+            for item in payload["items"]
+        ]
         return pa.Table.from_pylist(items, schema=arrow_schema)
 
 
@@ -110,17 +115,28 @@ class RestOrdersFlow(FunctionRunner):
     def create_reader(self) -> OrdersApi:
         """A reader of the API at ``REST_FLOW_BASE_URL``."""
         if not self.base_url:
-            raise ConfigError("set REST_FLOW_BASE_URL to the shop API, e.g. "
-                              "https://shop.example.com/api/", flow=self.function_name)  # fmt: skip
-        return OrdersApi(self.base_url.rstrip("/") + "/", self.page_size, logger=self.logger,
-                         concurrency=self.concurrency)  # fmt: skip
+            raise ConfigError(
+                "set REST_FLOW_BASE_URL to the shop API, e.g. https://shop.example.com/api/",
+                flow=self.function_name,
+            )
+        return OrdersApi(
+            self.base_url.rstrip("/") + "/",
+            self.page_size,
+            logger=self.logger,
+            concurrency=self.concurrency,
+        )
 
     async def initial_load(self, producer: KafkaProducer, reader: OrdersApi) -> None:
         """Every order as TRUNCATE + REPLACE rows, one commit."""
         target = await self._stage(producer, reader, "orders")
         truncate = create_truncate_row(target.value_schema, None)
-        producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_row(
+            target,
+            create_key_row(truncate, target.key_schema),
+            truncate,
+            RowType.TRUNCATE,
+            partition=0,
+        )
         producer.produce_from_duckdb(STAGE, target, BATCH_ROWS, RowType.REPLACE)
         self._commit(producer, reader, None)
 
@@ -135,7 +151,7 @@ class RestOrdersFlow(FunctionRunner):
             reader.connection.execute(  # published by the run that set the pointer
                 f"DELETE FROM {STAGE} WHERE epoch_us(updated_at) = ? AND list_contains(?, id)",
                 [_micros(pointer["updated_at"]), pointer["ids"]],
-            )  # fmt: skip
+            )
         if reader.connection.execute(f"SELECT count(*) FROM {STAGE}").fetchone()[0]:
             producer.produce_from_duckdb(STAGE, target, BATCH_ROWS, RowType.UPSERT)
         self._commit(producer, reader, pointer)
@@ -151,7 +167,8 @@ class RestOrdersFlow(FunctionRunner):
         """Move the pointer to the newest stamp staged (and its ids); commit with the rows."""
         newest = reader.connection.execute(
             f"SELECT epoch_us(updated_at), list(id ORDER BY id) FROM {STAGE} "
-            "GROUP BY ALL ORDER BY 1 DESC LIMIT 1").fetchone()  # fmt: skip
+            "GROUP BY ALL ORDER BY 1 DESC LIMIT 1"
+        ).fetchone()
         if newest is not None:
             stamp = (_EPOCH + timedelta(microseconds=newest[0])).isoformat()
             same = pointer is not None and pointer["updated_at"] == stamp  # late, same instant

@@ -50,8 +50,13 @@ class TpchFlow(FunctionRunner):
             for table in TABLES:
                 target = await self._load(producer, reader, table, f"SELECT * FROM src.{table}")
                 truncate = create_truncate_row(target.value_schema, None)
-                producer.produce_row(target, create_key_row(truncate, target.key_schema),
-                                     truncate, RowType.TRUNCATE, partition=0)  # fmt: skip
+                producer.produce_row(
+                    target,
+                    create_key_row(truncate, target.key_schema),
+                    truncate,
+                    RowType.TRUNCATE,
+                    partition=0,
+                )
                 producer.produce_from_duckdb(table, target, BATCH_ROWS, RowType.REPLACE)
             self.set_delta_pointer(_last_seq(reader))
         producer.commit()
@@ -68,8 +73,9 @@ class TpchFlow(FunctionRunner):
         self.set_delta_pointer(until)
         producer.commit()
 
-    async def _delta(self, producer: KafkaProducer, reader: SourceAdapter, table: str,
-                     since: int, until: int) -> None:  # fmt: skip
+    async def _delta(
+        self, producer: KafkaProducer, reader: SourceAdapter, table: str, since: int, until: int
+    ) -> None:
         keys = TABLES[table]
         on = " AND ".join(f"t.{k} = c.k{i + 1}" for i, k in enumerate(keys))
         await reader.load(f"{table}_changes", _latest_changes(table, since, until), NAMESPACE)
@@ -81,9 +87,11 @@ class TpchFlow(FunctionRunner):
         )
         for op, row_type in (("I", RowType.INSERT), ("U", RowType.UPDATE)):
             producer.produce_from_duckdb(
-                f"SELECT t.* FROM {table} t SEMI JOIN {table}_changes c ON {on} "
-                f"AND c.op = '{op}'", target, BATCH_ROWS, row_type,
-            )  # fmt: skip
+                f"SELECT t.* FROM {table} t SEMI JOIN {table}_changes c ON {on} AND c.op = '{op}'",
+                target,
+                BATCH_ROWS,
+                row_type,
+            )
         await reader.load(
             f"{table}_deleted",
             f"SELECT t.* EXCLUDE (seq) FROM src.deleted_{table} "
@@ -92,8 +100,9 @@ class TpchFlow(FunctionRunner):
         )
         producer.produce_from_duckdb(f"{table}_deleted", target, BATCH_ROWS, RowType.DELETE)
 
-    async def _load(self, producer: KafkaProducer, reader: SourceAdapter, table: str,
-                    sql: str) -> Target:  # fmt: skip
+    async def _load(
+        self, producer: KafkaProducer, reader: SourceAdapter, table: str, sql: str
+    ) -> Target:
         """Stage ``sql`` as ``table``, declare its key and metadata, return its target."""
         reader.set_schema_name_for_sql(table, NAMESPACE)
         schema = await reader.load(table, sql, NAMESPACE, self.source_system)
@@ -107,9 +116,11 @@ class TpchFlow(FunctionRunner):
 
 def _latest_changes(table: str, since: int, until: int) -> str:
     """Per key, the latest change logged in ``(since, until]``: keys ``k1``, ``k2`` and ``op``."""
-    return (f"SELECT k1, k2, op FROM src.change_log WHERE tbl = '{table}' "
-            f"AND seq > {int(since)} AND seq <= {int(until)} "
-            "QUALIFY row_number() OVER (PARTITION BY k1, k2 ORDER BY seq DESC) = 1")  # fmt: skip
+    return (
+        f"SELECT k1, k2, op FROM src.change_log WHERE tbl = '{table}' "
+        f"AND seq > {int(since)} AND seq <= {int(until)} "
+        "QUALIFY row_number() OVER (PARTITION BY k1, k2 ORDER BY seq DESC) = 1"
+    )
 
 
 def _last_seq(reader: SourceAdapter) -> int:

@@ -51,11 +51,13 @@ def create_source(path: str | Path, scale_factor: float = 0.01) -> None:
     with duckdb.connect(str(path)) as con:
         load_packaged_extension(con, "tpch")
         con.execute(f"CALL dbgen(sf={float(scale_factor)})")
-        con.execute("CREATE TABLE change_log (seq BIGINT, tbl VARCHAR, k1 BIGINT, k2 BIGINT, "
-                    "op VARCHAR)")  # fmt: skip
+        con.execute(
+            "CREATE TABLE change_log (seq BIGINT, tbl VARCHAR, k1 BIGINT, k2 BIGINT, op VARCHAR)"
+        )
         for table in ("orders", "lineitem"):
-            con.execute(f"CREATE TABLE deleted_{table} AS SELECT *, 0::BIGINT AS seq "
-                        f"FROM {table} LIMIT 0")  # fmt: skip
+            con.execute(
+                f"CREATE TABLE deleted_{table} AS SELECT *, 0::BIGINT AS seq FROM {table} LIMIT 0"
+            )
 
 
 def apply_changes(
@@ -82,10 +84,14 @@ def _in_list(keys: list[int]) -> str:
 
 def _update(con: duckdb.DuckDBPyConnection, keys: list[int], seq: int) -> int:
     where = f"IN ({_in_list(keys)})"
-    con.execute(f"UPDATE orders SET o_totalprice = o_totalprice + 1, o_orderstatus = 'F', "
-                f"o_comment = 'revised' WHERE o_orderkey {where}")  # fmt: skip
-    con.execute(f"UPDATE lineitem SET l_quantity = l_quantity + 1, l_comment = 'revised' "
-                f"WHERE l_orderkey {where}")  # fmt: skip
+    con.execute(
+        f"UPDATE orders SET o_totalprice = o_totalprice + 1, o_orderstatus = 'F', "
+        f"o_comment = 'revised' WHERE o_orderkey {where}"
+    )
+    con.execute(
+        f"UPDATE lineitem SET l_quantity = l_quantity + 1, l_comment = 'revised' "
+        f"WHERE l_orderkey {where}"
+    )
     return _log(con, seq, "U", where)
 
 
@@ -93,8 +99,9 @@ def _add(con: duckdb.DuckDBPyConnection, templates: list[int], top: int, seq: in
     """New orders copied from ``templates`` under fresh keys above ``top``, with line items."""
     new = [(template, top + 1 + i) for i, template in enumerate(templates)]
     mapping = ", ".join(f"({old}, {key})" for old, key in new)
-    con.execute(f"CREATE TEMP TABLE new_keys(old BIGINT, new BIGINT); "
-                f"INSERT INTO new_keys VALUES {mapping}")  # fmt: skip
+    con.execute(
+        f"CREATE TEMP TABLE new_keys(old BIGINT, new BIGINT); INSERT INTO new_keys VALUES {mapping}"
+    )
     con.execute(
         "INSERT INTO orders SELECT o.* REPLACE (n.new AS o_orderkey, "
         "'new order' AS o_comment) FROM orders o JOIN new_keys n ON o.o_orderkey = n.old"
@@ -111,8 +118,9 @@ def _delete(con: duckdb.DuckDBPyConnection, keys: list[int], seq: int) -> int:
     where = f"IN ({_in_list(keys)})"
     lines = _log(con, seq, "D", where)
     con.execute(f"INSERT INTO deleted_orders SELECT *, {seq} FROM orders WHERE o_orderkey {where}")
-    con.execute(f"INSERT INTO deleted_lineitem SELECT *, {seq} FROM lineitem "
-                f"WHERE l_orderkey {where}")  # fmt: skip
+    con.execute(
+        f"INSERT INTO deleted_lineitem SELECT *, {seq} FROM lineitem WHERE l_orderkey {where}"
+    )
     con.execute(f"DELETE FROM lineitem WHERE l_orderkey {where}")
     con.execute(f"DELETE FROM orders WHERE o_orderkey {where}")
     return lines
@@ -120,8 +128,12 @@ def _delete(con: duckdb.DuckDBPyConnection, keys: list[int], seq: int) -> int:
 
 def _log(con: duckdb.DuckDBPyConnection, seq: int, op: str, where: str) -> int:
     """Log the orders and line items of ``where`` (order keys) as ``op``; return line items."""
-    con.execute(f"INSERT INTO change_log SELECT {seq}, 'orders', o_orderkey, NULL, '{op}' "
-                f"FROM orders WHERE o_orderkey {where}")  # fmt: skip
-    con.execute(f"INSERT INTO change_log SELECT {seq}, 'lineitem', l_orderkey, l_linenumber, "
-                f"'{op}' FROM lineitem WHERE l_orderkey {where}")  # fmt: skip
+    con.execute(
+        f"INSERT INTO change_log SELECT {seq}, 'orders', o_orderkey, NULL, '{op}' "
+        f"FROM orders WHERE o_orderkey {where}"
+    )
+    con.execute(
+        f"INSERT INTO change_log SELECT {seq}, 'lineitem', l_orderkey, l_linenumber, "
+        f"'{op}' FROM lineitem WHERE l_orderkey {where}"
+    )
     return con.execute(f"SELECT count(*) FROM lineitem WHERE l_orderkey {where}").fetchone()[0]

@@ -99,10 +99,14 @@ class ApplyResult:
 
 
 def apply_batch(
-    df: DataFrame, batch_id: int, table: TableInfo, instance_id: str,
-    applied_truncates: Sequence[Truncate] = (), summary: RowSummary | None = None,
+    df: DataFrame,
+    batch_id: int,
+    table: TableInfo,
+    instance_id: str,
+    applied_truncates: Sequence[Truncate] = (),
+    summary: RowSummary | None = None,
     small: SmallChanges | None = None,
-) -> ApplyResult:  # fmt: skip
+) -> ApplyResult:
     """Apply one micro-batch's decoded rows of one table; a replay of ``batch_id`` is a no-op.
 
     Args:
@@ -135,8 +139,9 @@ def apply_batch(
     small = small if small is not None and small.takes(table, sum(counts.values())) else None
     if truncates and not table.append_only:
         with steps("truncate"):
-            truncates_last = _apply_older_rows(rows, truncates, table, app_id, batch_id, summary,
-                                               small)  # fmt: skip
+            truncates_last = _apply_older_rows(
+                rows, truncates, table, app_id, batch_id, summary, small
+            )
             rows = rows.filter(F.col("__change_time") >= _timestamp(truncates_last[0]))
     else:
         truncates_last = truncates
@@ -153,19 +158,38 @@ def apply_batch(
     with steps("rows"):
         if table.append_only:
             if any(counts.get(c) for c in UPSERT_TYPES):
-                _append(rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id,
-                        batch_id)  # fmt: skip
+                _append(
+                    rows.filter(F.col("__change_type").isin(*UPSERT_TYPES)), table, app_id, batch_id
+                )
         else:
-            fast = _merge_or_append(rows, table, app_id, batch_id, truncates_last, summary,
-                                    known_empty, small)  # fmt: skip
+            fast = _merge_or_append(
+                rows, table, app_id, batch_id, truncates_last, summary, known_empty, small
+            )
     with steps("purge"):
         purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
     version = _version(spark, table.path)
-    log.info("batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s small=%s "
-             "version=%d steps=%s", table.ref.qualified, batch_id, counts, len(truncates), fast,
-             small is not None, version, steps)  # fmt: skip
-    return ApplyResult(table.ref.qualified, counts, tuple(truncates), fast, purged, version,
-                       rejected, small=small is not None)  # fmt: skip
+    log.info(
+        "batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s small=%s "
+        "version=%d steps=%s",
+        table.ref.qualified,
+        batch_id,
+        counts,
+        len(truncates),
+        fast,
+        small is not None,
+        version,
+        steps,
+    )
+    return ApplyResult(
+        table.ref.qualified,
+        counts,
+        tuple(truncates),
+        fast,
+        purged,
+        version,
+        rejected,
+        small=small is not None,
+    )
 
 
 @dataclass(frozen=True)
@@ -193,8 +217,10 @@ class RowSummary:
     @classmethod
     def of_groups(cls, groups: Iterable[Any]) -> RowSummary:
         """From the rows of :func:`summary_aggregates` grouped by change type (first)."""
-        return cls.of_counts((g[0], g["n"], g["valued"], g["lo"], g["hi"], g["oldest"],
-                              g["truncates"]) for g in groups)  # fmt: skip
+        return cls.of_counts(
+            (g[0], g["n"], g["valued"], g["lo"], g["hi"], g["oldest"], g["truncates"])
+            for g in groups
+        )
 
     @classmethod
     def of_counts(cls, groups: Iterable[tuple[Any, ...]]) -> RowSummary:
@@ -237,8 +263,10 @@ class RowSummary:
         elif self.key_range is None or other.key_range is None:
             key_range = None
         else:
-            key_range = (min(self.key_range[0], other.key_range[0]),
-                         max(self.key_range[1], other.key_range[1]))  # fmt: skip
+            key_range = (
+                min(self.key_range[0], other.key_range[0]),
+                max(self.key_range[1], other.key_range[1]),
+            )
         return RowSummary(counts, key_range, oldest, truncates)
 
 
@@ -261,8 +289,14 @@ def summary_aggregates(
     if first_key is None:
         none = F.lit(None)
         return [n, none.alias("valued"), none.alias("lo"), none.alias("hi"), oldest, truncates]
-    return [n, F.count(first_key).alias("valued"), F.min(first_key).alias("lo"),
-            F.max(first_key).alias("hi"), oldest, truncates]  # fmt: skip
+    return [
+        n,
+        F.count(first_key).alias("valued"),
+        F.min(first_key).alias("lo"),
+        F.max(first_key).alias("hi"),
+        oldest,
+        truncates,
+    ]
 
 
 def truncate_row(change_time: Column, truncate: Column) -> Column:
@@ -335,25 +369,35 @@ def _refused_rows(
     if not refused:
         return None
     message = F.concat(
-        F.lit("table has no primary key (append-only): row type "), F.col("__change_type"),
+        F.lit("table has no primary key (append-only): row type "),
+        F.col("__change_type"),
         F.lit(" needs a key; only I/U/A/R/T apply. Add a primary key to the flow's schema."),
-    )  # fmt: skip
-    return rejected_rows(df.filter(F.col("__change_type").isin(*refused)), message,
-                         table.ref.qualified)  # fmt: skip
+    )
+    return rejected_rows(
+        df.filter(F.col("__change_type").isin(*refused)), message, table.ref.qualified
+    )
 
 
 def _append(
-    rows: DataFrame, table: TableInfo, app_id: str, batch_id: int,
+    rows: DataFrame,
+    table: TableInfo,
+    app_id: str,
+    batch_id: int,
     check: Callable[[], bool] | None = None,
-) -> bool:  # fmt: skip
+) -> bool:
     version = txn.txn_version(batch_id, txn.STEP_ROWS)
     return txn.append(conform(rows, table), table.path, app_id, version, check=check)
 
 
 def _apply_older_rows(
-    rows: DataFrame, truncates: list[Truncate], table: TableInfo, app_id: str, batch_id: int,
-    summary: RowSummary, small: SmallChanges | None,
-) -> list[Truncate]:  # fmt: skip
+    rows: DataFrame,
+    truncates: list[Truncate],
+    table: TableInfo,
+    app_id: str,
+    batch_id: int,
+    summary: RowSummary,
+    small: SmallChanges | None,
+) -> list[Truncate]:
     """Merge the rows older than the batch's latest TRUNCATEs, in time order with them.
 
     Each group of older rows is merged before the TRUNCATEs after it (:func:`_segments`).
@@ -369,9 +413,11 @@ def _apply_older_rows(
     if writes >= txn.STEP_TRUNCATE:
         raise LakehouseWriterError(
             "the batch needs too many writes to apply its rows and TRUNCATEs in time order; "
-            "lower --max-offsets-per-trigger", table=table.ref.qualified, batch=batch_id,
+            "lower --max-offsets-per-trigger",
+            table=table.ref.qualified,
+            batch=batch_id,
             writes=writes,
-        )  # fmt: skip
+        )
     step = 0
     for earlier, group in before:  # rows older than a TRUNCATE first, then it
         if earlier is not None:
@@ -413,9 +459,13 @@ def _merge_or_append(
 
 
 def _merge_rows(
-    rows: DataFrame, table: TableInfo, app_id: str, version: int, summary: RowSummary,
+    rows: DataFrame,
+    table: TableInfo,
+    app_id: str,
+    version: int,
+    summary: RowSummary,
     small: SmallChanges | None,
-) -> None:  # fmt: skip
+) -> None:
     """One MERGE of ``rows``: their actions, the last per key, the change-time guard."""
     if small is not None:  # few rows: one partition, so the window per key needs no shuffle
         rows = rows.coalesce(1)
@@ -444,8 +494,9 @@ def _segments(
     if oldest is None or oldest >= times[-1]:
         return [], truncates
     older = rows.filter(F.col("__change_time") < F.timestamp_micros(F.lit(times[-1])))
-    row_times = sorted(r[0] for r in older.select(F.unix_micros("__change_time")).distinct()
-                       .collect())  # fmt: skip
+    row_times = sorted(
+        r[0] for r in older.select(F.unix_micros("__change_time")).distinct().collect()
+    )
     steps: list[tuple[DataFrame | None, list[Truncate]]] = []
     pending: list[Truncate] = []  # not deleted yet
     start: int | None = None
@@ -561,11 +612,13 @@ def latest_per_key(
     columns = [
         F.when(take_base, F.col(f"{BASE}.{_q(c)}"))
         .when(archives, F.col(f"__first_p.{_q(c)}"))
-        .otherwise(F.col(_q(c))).alias(c)
-        if c in set(payload) else F.col(_q(c))
+        .otherwise(F.col(_q(c)))
+        .alias(c)
+        if c in set(payload)
+        else F.col(_q(c))
         for c in rows.columns
         if c != ACTION
-    ]  # fmt: skip
+    ]
     action = F.when(folded, F.concat(F.col(f"{BASE}.{ACTION}"), F.lit("_archive")))
     return last.select(
         *columns,
@@ -587,9 +640,13 @@ def conform(rows: DataFrame, table: TableInfo, extra: tuple[str, ...] = ()) -> D
 
 
 def _merge(
-    latest: DataFrame, table: TableInfo, app_id: str, version: int,
-    key_range: tuple[object, object] | None = None, small: SmallChanges | None = None,
-) -> None:  # fmt: skip
+    latest: DataFrame,
+    table: TableInfo,
+    app_id: str,
+    version: int,
+    key_range: tuple[object, object] | None = None,
+    small: SmallChanges | None = None,
+) -> None:
     """One MERGE of the per-key rows (:mod:`lakehouse_writer.merge`), by ``small`` if it can."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
@@ -608,14 +665,15 @@ def _merge(
         on = on & F.col(f"t.{_q(first)}").between(lo, hi)
     with txn.delta_txn(spark, app_id, version):
         (
-            DeltaTable.forPath(spark, table.path).alias("t")
+            DeltaTable.forPath(spark, table.path)
+            .alias("t")
             .merge(source.alias("s"), on)
             .whenMatchedDelete(clauses.delete)
             .whenMatchedUpdate(clauses.replace, set=clauses.every)
             .whenMatchedUpdate(clauses.archive, set=clauses.technical)
             .whenNotMatchedInsert(clauses.insert, values=clauses.every)
             .execute()
-        )  # fmt: skip
+        )
 
 
 def _clauses(
@@ -643,8 +701,11 @@ def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
 def _purge(spark: SparkSession, table: TableInfo) -> bool:
     """Rewrite files with deletion vectors so no current file holds a GDPR-deleted row."""
     spark.sql(f"REORG TABLE delta.{_q(table.path)} APPLY (PURGE)")
-    log.info("gdpr purge table=%s path=%s (older versions keep the rows until VACUUM)",
-             table.ref.qualified, table.path)  # fmt: skip
+    log.info(
+        "gdpr purge table=%s path=%s (older versions keep the rows until VACUUM)",
+        table.ref.qualified,
+        table.path,
+    )
     return True
 
 

@@ -75,21 +75,28 @@ def foreign_progress(
     if not _is_delta_table(spark, path):
         return []
     rows = (
-        spark.read.format("delta").load(path)
+        spark.read.format("delta")
+        .load(path)
         .filter((F.col("kind") == "offset") & (F.col("instance") != instance))
         .groupBy("instance", "topic", "partition")
         .agg(F.max("offset").alias("offset"), F.max("batch_id").alias("batch_id"))
         .collect()
-    )  # fmt: skip
-    found = [ForeignProgress(r.instance, r.topic, int(r.partition), int(r.offset),
-                             int(r.batch_id)) for r in rows if ours(r.topic)]  # fmt: skip
+    )
+    found = [
+        ForeignProgress(r.instance, r.topic, int(r.partition), int(r.offset), int(r.batch_id))
+        for r in rows
+        if ours(r.topic)
+    ]
     return sorted(found, key=lambda p: (p.topic, p.partition, p.instance))
 
 
 def check_checkpoint(
-    spark: SparkSession, lakehouse: str, checkpoint: str, instance: str,
+    spark: SparkSession,
+    lakehouse: str,
+    checkpoint: str,
+    instance: str,
     ours: Callable[[str], bool],
-) -> None:  # fmt: skip
+) -> None:
     """Raise when another writer instance applied topics this writer reads to ``lakehouse``.
 
     Call it before the query starts: nothing has been read or written then.
@@ -102,8 +109,9 @@ def check_checkpoint(
     if not foreign:
         return
     others = sorted({p.instance for p in foreign})
-    shown = ", ".join(f"{p.topic} partition {p.partition} up to offset {p.offset}"
-                      for p in foreign[:_SHOWN])  # fmt: skip
+    shown = ", ".join(
+        f"{p.topic} partition {p.partition} up to offset {p.offset}" for p in foreign[:_SHOWN]
+    )
     more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
     raise CheckpointMismatch(  # the first 400 characters reach the status file
         f"writer instance {', '.join(others)} already applied {shown}{more} to this lakehouse, "

@@ -119,9 +119,12 @@ def _offset(value: Any) -> int | None:
 
 
 def commit_frame(
-    spark: SparkSession, completed: Iterable[CommitRecord], versions: Mapping[str, int],
-    ours: TopicFilter, stopped: Collection[str] = (),
-) -> DataFrame:  # fmt: skip
+    spark: SparkSession,
+    completed: Iterable[CommitRecord],
+    versions: Mapping[str, int],
+    ours: TopicFilter,
+    stopped: Collection[str] = (),
+) -> DataFrame:
     """The ``_commits`` rows of ``completed``: the record's fields, versions, where it was read.
 
     ``unapplied_tables`` names tables of the commit without a version: never applied (all
@@ -136,7 +139,12 @@ def commit_frame(
     frame = local_frame(spark, rows, _FRAME_SCHEMA)
     parsed = F.from_json("raw", COMMIT_JSON_SCHEMA)
     return frame.select(parsed.alias("c"), "*").select(
-        "c.*", F.timestamp_micros("c.transaction_time").alias("transaction_ts"),
-        "table_versions", "unapplied_tables", "kafka_topic", "kafka_partition", "kafka_offset",
+        "c.*",
+        F.timestamp_micros("c.transaction_time").alias("transaction_ts"),
+        "table_versions",
+        "unapplied_tables",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
         "raw",
-    )  # fmt: skip
+    )

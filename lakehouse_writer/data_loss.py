@@ -27,15 +27,15 @@ _PATTERNS = (
     re.compile(
         r"Could not read records in offset \[(?P<first>\d+), (?P<end>\d+)\) "
         r"for topic partition (?P<tp>\S+)"
-    ),  # fmt: skip
+    ),
     re.compile(
         r"Cannot fetch offset (?P<first>\d+) \(GroupId: [^,]*, TopicPartition: "
         r"(?P<tp>[^)\s]+)\)"
-    ),  # fmt: skip
+    ),
     re.compile(
         r"Fetch position FetchPosition\{offset=(?P<first>\d+),.*?\} is out of range "
         r"for partition (?P<tp>\S+)"
-    ),  # fmt: skip
+    ),
 )
 _WENT_BACK = re.compile(
     r"Partition (?P<tp>\S+)'s offset was changed from (?P<first>\d+) to (?P<end>\d+)"
@@ -65,20 +65,26 @@ class DataGap:
         """One line for the status file and the log: what is lost and what to do."""
         where = f"topic {self.topic} partition {self.partition}"
         if self.went_back:
-            lost = (f"{where} went back from offset {self.first_missing} to {self.log_start} "
-                    "(deleted and created again?) before the writer read the rest")  # fmt: skip
+            lost = (
+                f"{where} went back from offset {self.first_missing} to {self.log_start} "
+                "(deleted and created again?) before the writer read the rest"
+            )
         elif self.log_start is not None and self.log_start > self.first_missing:
-            lost = (f"{where} no longer holds offsets {self.first_missing} to "
-                    f"{self.log_start - 1} (it now starts at {self.log_start}): deleted by "
-                    "retention or delete-records before the writer read them")  # fmt: skip
+            lost = (
+                f"{where} no longer holds offsets {self.first_missing} to "
+                f"{self.log_start - 1} (it now starts at {self.log_start}): deleted by "
+                "retention or delete-records before the writer read them"
+            )
         else:
             lost = (
                 f"{where} no longer holds offset {self.first_missing} and maybe later "
                 "ones: deleted by retention or delete-records before the writer read them"
             )
-        return (f"Kafka data lost: {lost}. The writer stops rather than skip them (rows "
-                f"before offset {self.first_missing} are applied). Reload the tables of that "
-                "topic from their source, then see 'Kafka data gaps' in the README")  # fmt: skip
+        return (
+            f"Kafka data lost: {lost}. The writer stops rather than skip them (rows "
+            f"before offset {self.first_missing} are applied). Reload the tables of that "
+            "topic from their source, then see 'Kafka data gaps' in the README"
+        )
 
 
 def find_gap(text: str) -> DataGap | None:
@@ -124,7 +130,7 @@ def log_start_offset(
             "group.id": f"lakehouse-writer-gap-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "log_level": 3,
-        }  # fmt: skip
+        }
     )
     try:
         low, _high = consumer.get_watermark_offsets(
@@ -132,8 +138,9 @@ def log_start_offset(
         )
         return int(low)
     except KafkaException as exc:
-        log.warning("log start offset unknown topic=%s partition=%d error=%s", topic, partition,
-                    exc)  # fmt: skip
+        log.warning(
+            "log start offset unknown topic=%s partition=%d error=%s", topic, partition, exc
+        )
         return None
     finally:
         consumer.close()

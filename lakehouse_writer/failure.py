@@ -76,9 +76,11 @@ class Failure:
 
 
 def report_failure(
-    settings: LakehouseSettings, exc: BaseException, stats: BatchStats | None = None,
+    settings: LakehouseSettings,
+    exc: BaseException,
+    stats: BatchStats | None = None,
     failure: Failure | None = None,
-) -> WriterFailed:  # fmt: skip
+) -> WriterFailed:
     """Record a failed run (:func:`record_failure`), log its cause; the error to raise.
 
     Args:

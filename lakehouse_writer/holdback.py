@@ -149,9 +149,12 @@ class Holdback:
     """
 
     def __init__(
-        self, kafka_conf: Mapping[str, Any], source_options: Mapping[str, str],
-        commits_topic: str, ours: TopicFilter,
-    ) -> None:  # fmt: skip
+        self,
+        kafka_conf: Mapping[str, Any],
+        source_options: Mapping[str, str],
+        commits_topic: str,
+        ours: TopicFilter,
+    ) -> None:
         self._conf = dict(kafka_conf)
         self._options = dict(source_options)
         self._topic = commits_topic
@@ -175,8 +178,10 @@ class Holdback:
                 source = again.unionByName(source)
         if ranges is None:
             if not self._warned:
-                log.warning("the batch's offset ranges are not known: transactions split "
-                            "by a batch end apply in parts")  # fmt: skip
+                log.warning(
+                    "the batch's offset ranges are not known: transactions split "
+                    "by a batch end apply in parts"
+                )
                 self._warned = True
             return Plan(source, awaits=dict(state.awaits), changed=bool(held), ranges=None)
         spans = dict(ranges)
@@ -204,9 +209,13 @@ class Holdback:
             changed=True,
             ranges=ranges,
         )
-        log.info("rows held back batch=%d partitions=%s transactions=%d first=%s", batch_id,
-                 {f"{t}/{p}": list(r) for (t, p), r in sorted(plan.held.items())},
-                 len(holding), holding[0].commit_id)  # fmt: skip
+        log.info(
+            "rows held back batch=%d partitions=%s transactions=%d first=%s",
+            batch_id,
+            {f"{t}/{p}": list(r) for (t, p), r in sorted(plan.held.items())},
+            len(holding),
+            holding[0].commit_id,
+        )
         return plan
 
     def _read(self, starts: Mapping[int, int]) -> tuple[list[CommitRecord], dict[int, int]]:
@@ -236,8 +245,10 @@ class Holdback:
         try:
             while ends:
                 if time.monotonic() > deadline:
-                    raise CommitsUnreadable(f"{self._topic}: partitions {sorted(ends)} not read "
-                                            f"to their end in {_READ_TIMEOUT_S:.0f} s")  # fmt: skip
+                    raise CommitsUnreadable(
+                        f"{self._topic}: partitions {sorted(ends)} not read "
+                        f"to their end in {_READ_TIMEOUT_S:.0f} s"
+                    )
                 msg = consumer.poll(0.2)
                 if msg is None:
                     continue
@@ -281,10 +292,16 @@ class Holdback:
                     marks[key] = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
                 low, high = marks[key]
                 if last >= high or last < low:
-                    log.warning("commit record's rows can never arrive; it holds nothing back "
-                                "commit=%s topic=%s partition=%d max_offset=%d offsets=[%d, %d)",
-                                commit.commit_id, topic, partition, last, low,
-                                high)  # fmt: skip
+                    log.warning(
+                        "commit record's rows can never arrive; it holds nothing back "
+                        "commit=%s topic=%s partition=%d max_offset=%d offsets=[%d, %d)",
+                        commit.commit_id,
+                        topic,
+                        partition,
+                        last,
+                        low,
+                        high,
+                    )
                     orphans.add(commit.commit_id)
         return orphans
 

@@ -84,8 +84,9 @@ log = logging.getLogger(__name__)
 COMMITS = "_commits"
 LEGACY_TRUNCATES = "_truncates"  # where earlier versions kept the TRUNCATE log
 _STOP_WAIT_S = 60.0  # bound on waiting for Spark to record the last batch on a stop
-_BAD_RECORD_SCHEMA = "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, " \
-    "error STRING"  # fmt: skip
+_BAD_RECORD_SCHEMA = (
+    "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, error STRING"
+)
 
 
 class WriterStopping(LakehouseWriterError):
@@ -108,16 +109,21 @@ class BatchProcessor:
     """
 
     def __init__(
-        self, spark: SparkSession, settings: LakehouseSettings, instance_id: str,
-        warm: bool = False, ours: TopicPattern | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        spark: SparkSession,
+        settings: LakehouseSettings,
+        instance_id: str,
+        warm: bool = False,
+        ours: TopicPattern | None = None,
+    ) -> None:
         self._spark = spark
         self._settings = settings
         self._instance = instance_id
         self._lake = settings.lakehouse_path.rstrip("/")
         self._tables = TableManager(spark, self._lake, settings.deletion_vectors)
-        self._catalog = SchemaCatalog(settings.kafka_client_conf(), settings.schemas_topic,
-                                      settings.schema_registry_url)  # fmt: skip
+        self._catalog = SchemaCatalog(
+            settings.kafka_client_conf(), settings.schemas_topic, settings.schema_registry_url
+        )
         self._store = StateStore(spark, f"{self._lake}/{STATE}", instance_id)
         self._state: WriterState | None = None
         self._ours = ours or TopicPattern(spark, settings.topics_regex)
@@ -128,14 +134,19 @@ class BatchProcessor:
         self._expected = ExpectedSchemas()
         self._workers = workers_from_env()  # tables applied at once (lakehouse_writer.parallel)
         self._small = SmallChanges(settings.small_merge_rows)  # few rows: merged by delta-rs
-        self._holdback = Holdback(settings.kafka_client_conf(), source_options(settings),
-                                  settings.commits_topic, self._ours)  # fmt: skip
+        self._holdback = Holdback(
+            settings.kafka_client_conf(),
+            source_options(settings),
+            settings.commits_topic,
+            self._ours,
+        )
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
         self._ahead: set[bytes] = set()  # headers whose table is known to exist
         self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
         self._source_options = source_options(settings)
-        self._truncates = TruncateLog(spark, f"{self._lake}/{STATE}",
-                                      f"{self._lake}/{LEGACY_TRUNCATES}")  # fmt: skip
+        self._truncates = TruncateLog(
+            spark, f"{self._lake}/{STATE}", f"{self._lake}/{LEGACY_TRUNCATES}"
+        )
         self._gate = threading.Lock()
         self._closed = False
         self.refused = False
@@ -145,8 +156,9 @@ class BatchProcessor:
         self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-aside")
         self._tables_ready = threading.Event()
         self._aside.submit(self._start_up)
-        self._warm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-warm") \
-            if warm else None  # fmt: skip
+        self._warm = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-warm") if warm else None
+        )
         self._batch_started = threading.Event()  # stops the warm-up at its next table
 
     @property
@@ -179,8 +191,9 @@ class BatchProcessor:
         with self._gate:
             if self._closed:
                 self.refused = True
-                raise WriterStopping("the writer is stopping; the batch is left for the next "
-                                     "start", batch=batch_id)  # fmt: skip
+                raise WriterStopping(
+                    "the writer is stopping; the batch is left for the next start", batch=batch_id
+                )
             try:
                 if batch_id > self.state.last_batch:
                     self._process(df, batch_id)
@@ -259,8 +272,9 @@ class BatchProcessor:
         try:
             self._expect_from_catalog()
         except Exception as exc:  # noqa: BLE001 - the batch reads it again
-            log.warning("schema catalog not read at start-up error=%s",
-                        root_cause(exc, self._secrets))  # fmt: skip
+            log.warning(
+                "schema catalog not read at start-up error=%s", root_cause(exc, self._secrets)
+            )
         self._make_ahead(self._expected.guess())
 
     def _warm_up(self) -> None:
@@ -333,14 +347,24 @@ class BatchProcessor:
         if spans.get(bet.entry.topic or "", 0) < limit:
             return None
         ref = info.ref
-        outcome = speculate(source, self._source_options, ranges, bet, info,
-                            txn.app_id_for(self._instance, ref.qualified),
-                            txn.txn_version(batch_id, txn.STEP_ROWS),
-                            self._truncates.of(ref.qualified))  # fmt: skip
+        outcome = speculate(
+            source,
+            self._source_options,
+            ranges,
+            bet,
+            info,
+            txn.app_id_for(self._instance, ref.qualified),
+            txn.txn_version(batch_id, txn.STEP_ROWS),
+            self._truncates.of(ref.qualified),
+        )
         if isinstance(outcome, str):
             self._declined.add(bet.header)
-            log.info("reload not written in one pass table=%s batch=%d reason=%s",
-                     ref.qualified, batch_id, outcome)  # fmt: skip
+            log.info(
+                "reload not written in one pass table=%s batch=%d reason=%s",
+                ref.qualified,
+                batch_id,
+                outcome,
+            )
             return None
         return outcome
 
@@ -366,8 +390,9 @@ class BatchProcessor:
             self._tables_ready.set()  # a batch may start; its state is written last
             self._store.create()
         except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
-            log.warning("creating tables ahead of the batch failed error=%s",
-                        root_cause(exc, self._secrets))  # fmt: skip
+            log.warning(
+                "creating tables ahead of the batch failed error=%s", root_cause(exc, self._secrets)
+            )
         finally:
             self._tables_ready.set()
 
@@ -387,8 +412,7 @@ class BatchProcessor:
             except (ValueError, SchemaError):  # a bad catalog record: its rows decode later
                 log.warning("catalog fingerprint not usable fingerprint=%s", fingerprint)
         self._expected.seed(candidates)
-        self._creatable = _sole_schemas(self._expected.guess(),
-                                        self._catalog.value_schema_counts())  # fmt: skip
+        self._creatable = _sole_schemas(self._expected.guess(), self._catalog.value_schema_counts())
 
     def _read_commits(
         self, df: DataFrame, topics: set[str]
@@ -399,8 +423,11 @@ class BatchProcessor:
         topic = self._settings.commits_topic
         if topic not in topics:
             return [], []
-        messages = df.filter(F.col("topic") == topic).select("partition", "offset", "key",
-                                                               "value").collect()  # fmt: skip
+        messages = (
+            df.filter(F.col("topic") == topic)
+            .select("partition", "offset", "key", "value")
+            .collect()
+        )
         records, bad = [], []
         for m in messages:
             try:
@@ -414,9 +441,14 @@ class BatchProcessor:
         return records, [rejected_rows(frame, F.col("error"), COMMITS)]
 
     def _apply_data(
-        self, df: DataFrame, batch_id: int, found: BatchScan, changes: BatchChanges,
-        steps: Steps, reload: Speculation | None = None,
-    ) -> tuple[list[ApplyResult], list[DataFrame]]:  # fmt: skip
+        self,
+        df: DataFrame,
+        batch_id: int,
+        found: BatchScan,
+        changes: BatchChanges,
+        steps: Steps,
+        reload: Speculation | None = None,
+    ) -> tuple[list[ApplyResult], list[DataFrame]]:
         """Apply the batch's data rows table by table, and commit ``reload``'s files.
 
         ``reload``'s rows are not in ``df``; should ``df`` hold rows of its table all the
@@ -484,8 +516,9 @@ class BatchProcessor:
             ref, (info, rows) = item
             rows = on_session(rows, session)
             summary = decoded.summaries.get(ref)
-            result = apply_batch(rows, batch_id, info, self._instance, applied[ref], summary,
-                                 self._small)  # fmt: skip
+            result = apply_batch(
+                rows, batch_id, info, self._instance, applied[ref], summary, self._small
+            )
             if result.rejected is None:
                 return result
             return replace(result, rejected=on_session(result.rejected, applier.session))
@@ -510,8 +543,12 @@ class BatchProcessor:
             reason = "a key repeats"
         else:
             return reload
-        log.info("reload not written in one pass table=%s batch=%d reason=%s", ref.qualified,
-                 batch_id, reason)  # fmt: skip
+        log.info(
+            "reload not written in one pass table=%s batch=%d reason=%s",
+            ref.qualified,
+            batch_id,
+            reason,
+        )
         reload.discard()
         self._declined.add(reload.expected.header)
         rows = reload.rows().persist()
@@ -545,16 +582,19 @@ class BatchProcessor:
         self.last.rejected = union.count()
         if self.last.rejected:
             append_system(union, f"{self._lake}/{REJECTED}", self._instance, batch_id)
-            log.warning("rows rejected batch=%d rows=%d table=%s", batch_id, self.last.rejected,
-                        REJECTED)  # fmt: skip
+            log.warning(
+                "rows rejected batch=%d rows=%d table=%s", batch_id, self.last.rejected, REJECTED
+            )
         union.unpersist()
 
     def _write_logs(self, df: DataFrame, batch_id: int, topics: set[str]) -> None:
         from pyspark.sql import functions as F
 
         s = self._settings
-        for topic, table in ((s.execution_log_topic, "_execution_log"),
-                             (s.lineage_topic, "_lineage")):  # fmt: skip
+        for topic, table in (
+            (s.execution_log_topic, "_execution_log"),
+            (s.lineage_topic, "_lineage"),
+        ):
             if topic in topics:
                 frame = log_rows(df.filter(F.col("topic") == topic), table)
                 append_system(frame, f"{self._lake}/{table}", self._instance, batch_id)
@@ -566,8 +606,11 @@ class BatchProcessor:
         state, ours = self.state, self._ours
         fresh = {c.commit_id: c for c in commits if c.concerns(ours)}
         if len(fresh) < len(commits):
-            log.info("commits of topics not read here ignored batch=%d commits=%d", batch_id,
-                     len(commits) - len(fresh))  # fmt: skip
+            log.info(
+                "commits of topics not read here ignored batch=%d commits=%d",
+                batch_id,
+                len(commits) - len(fresh),
+            )
         offsets = state.merged_offsets(changes.offsets)
         waiting = {**state.pending, **fresh}
         complete = [c for c in waiting.values() if c.is_complete(offsets, ours)]
@@ -581,8 +624,12 @@ class BatchProcessor:
             frame = commit_frame(self._spark, ordered, versions, ours, stopped)
             append_system(frame, f"{self._lake}/{COMMITS}", self._instance, batch_id)
         if waiting:
-            log.info("commits batch=%d written=%d pending=%d", batch_id, len(complete),
-                     len(waiting) - len(complete))  # fmt: skip
+            log.info(
+                "commits batch=%d written=%d pending=%d",
+                batch_id,
+                len(complete),
+                len(waiting) - len(complete),
+            )
 
     def _finish(
         self, batch_id: int, results: list[ApplyResult], started: float, steps: Steps
@@ -592,9 +639,14 @@ class BatchProcessor:
         self.last.finished_at = datetime.now(UTC).isoformat()
         self.last.pending_commits = len(self.state.pending)
         self.last.stopped_tables = dict(self.state.stopped)
-        log.info("batch done batch=%d rows=%s rejected=%d seconds=%.1f steps=%s", batch_id,
-                 self.last.rows, self.last.rejected, time.monotonic() - started,
-                 steps)  # fmt: skip
+        log.info(
+            "batch done batch=%d rows=%s rejected=%d seconds=%.1f steps=%s",
+            batch_id,
+            self.last.rows,
+            self.last.rejected,
+            time.monotonic() - started,
+            steps,
+        )
         write_status(self._settings.checkpoint_path, self.last)
 
 
@@ -632,9 +684,11 @@ def whole_names(regex: str) -> str:
 
 
 def start(
-    spark: SparkSession, settings: LakehouseSettings, once: bool,
+    spark: SparkSession,
+    settings: LakehouseSettings,
+    once: bool,
     connect_timeout_s: float | None = None,
-) -> tuple[StreamingQuery, BatchProcessor]:  # fmt: skip
+) -> tuple[StreamingQuery, BatchProcessor]:
     """Start the streaming query (``once``: drain what is there with availableNow).
 
     Raises:
@@ -651,24 +705,39 @@ def start(
     fresh = CheckpointFiles(settings.checkpoint_path, spark).read("metadata") is None
     instance = txn.instance_id(settings.checkpoint_path)
     if fresh:  # a new (or lost) checkpoint: no other instance may have applied our topics
-        system = {settings.commits_topic, settings.execution_log_topic, settings.lineage_topic,
-                  settings.schemas_topic}  # fmt: skip
-        check_checkpoint(spark, settings.lakehouse_path, settings.checkpoint_path, instance,
-                         lambda topic: topic not in system and ours(topic))  # fmt: skip
+        system = {
+            settings.commits_topic,
+            settings.execution_log_topic,
+            settings.lineage_topic,
+            settings.schemas_topic,
+        }
+        check_checkpoint(
+            spark,
+            settings.lakehouse_path,
+            settings.checkpoint_path,
+            instance,
+            lambda topic: topic not in system and ours(topic),
+        )
     processor = BatchProcessor(spark, settings, instance, warm=not once, ours=ours)
     writer = (
-        spark.readStream.format("kafka").options(**options).load()
+        spark.readStream.format("kafka")
+        .options(**options)
+        .load()
         .writeStream.foreachBatch(processor)
         .option("checkpointLocation", settings.checkpoint_path)
         .queryName(f"lakehouse-writer-{instance[:8]}")  # unique among a session's queries
-    )  # fmt: skip
+    )
     if once:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_s} seconds")
-    log.info("writer started topics=%s lakehouse=%s checkpoint=%s once=%s",
-             settings.topics_regex, settings.lakehouse_path, settings.checkpoint_path,
-             once)  # fmt: skip
+    log.info(
+        "writer started topics=%s lakehouse=%s checkpoint=%s once=%s",
+        settings.topics_regex,
+        settings.lakehouse_path,
+        settings.checkpoint_path,
+        once,
+    )
     try:
         return writer.start(), processor
     except BaseException:
@@ -677,9 +746,12 @@ def start(
 
 
 def run(
-    spark: SparkSession, settings: LakehouseSettings, once: bool,
-    stop: threading.Event | None = None, connect_timeout_s: float | None = None,
-) -> None:  # fmt: skip
+    spark: SparkSession,
+    settings: LakehouseSettings,
+    once: bool,
+    stop: threading.Event | None = None,
+    connect_timeout_s: float | None = None,
+) -> None:
     """Run the writer until it drains (``once``), fails, or ``stop`` is set.
 
     On ``stop`` the running batch, if any, finishes; then the query stops. The status file

@@ -40,8 +40,9 @@ def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
                     for split in convert.asJava(part.inputPartitions()):
                         r = split.offsetRange()
                         ranges[(str(r.topic()), int(r.partition()))] = (
-                            int(r.fromOffset()), int(r.untilOffset()),
-                        )  # fmt: skip
+                            int(r.fromOffset()),
+                            int(r.untilOffset()),
+                        )
                 return ranges
             pending += [d.rdd() for d in convert.asJava(rdd.dependencies())]
     except Py4JError as exc:
@@ -73,5 +74,6 @@ def range_read(
     return (
         reader.option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(start))
-        .option("endingOffsets", json.dumps(end)).load()
-    )  # fmt: skip
+        .option("endingOffsets", json.dumps(end))
+        .load()
+    )

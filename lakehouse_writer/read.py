@@ -171,10 +171,14 @@ def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry
 
 
 def decode_batch(
-    df: DataFrame, catalog: SchemaCatalog, tables: TableManager, stopped: dict[str, str],
-    headers: set[bytes | None], decoded: Mapping[bytes, Decoded] | None = None,
+    df: DataFrame,
+    catalog: SchemaCatalog,
+    tables: TableManager,
+    stopped: dict[str, str],
+    headers: set[bytes | None],
+    decoded: Mapping[bytes, Decoded] | None = None,
     applier: TableApplier | None = None,
-) -> DecodedBatch:  # fmt: skip
+) -> DecodedBatch:
     """Decode the data-topic rows of one batch (``df``: the scan's cached frame).
 
     Args:
@@ -208,8 +212,7 @@ def decode_batch(
         out.cached.extend(p.parsed for p in ahead.values())
         done.update(ahead)
     if None in headers:
-        out.rejected.append(rejected_rows(df.filter(F.col(HEADER).isNull()), _NO_HEADER,
-                                          None))  # fmt: skip
+        out.rejected.append(rejected_rows(df.filter(F.col(HEADER).isNull()), _NO_HEADER, None))
     for tag in sorted(tags.keys() - entries.keys()):
         unknown = df.filter(F.col(HEADER) == F.lit(tags[tag]))
         out.rejected.append(rejected_rows(unknown, _UNKNOWN + tag, None))
@@ -292,10 +295,15 @@ _UNKNOWN = "unknown writer schema (not on _schemas / the registry): "
 
 
 def _decode_one(
-    rows: DataFrame, tag: str, entry: CatalogEntry, tables: TableManager,
-    stopped: dict[str, str], out: DecodedBatch, scanned: Decoded | Parsed | None,
+    rows: DataFrame,
+    tag: str,
+    entry: CatalogEntry,
+    tables: TableManager,
+    stopped: dict[str, str],
+    out: DecodedBatch,
+    scanned: Decoded | Parsed | None,
     known_keys: list[KeySchemaRef],
-) -> None:  # fmt: skip
+) -> None:
     try:
         schema = ValueSchema.from_avro_json(entry.schema_json)
     except SchemaError as exc:
@@ -349,8 +357,9 @@ def _summarize(parsed: DataFrame, schema: ValueSchema, info: TableInfo) -> tuple
     first = schema.fields.get(info.keys[0]) if info.keys else None
     key = F.col(f"__r.`{first.avro_name}`") if first is not None else None
     change = F.col("__r.__change_type")
-    aggregates = summary_aggregates(key, F.col("__r.__change_time"), change,
-                                    F.col("__r.__truncate"))  # fmt: skip
+    aggregates = summary_aggregates(
+        key, F.col("__r.__change_time"), change, F.col("__r.__truncate")
+    )
     groups = parsed.groupBy(change.alias("change")).agg(*aggregates).collect()
     failures = sum(g["n"] for g in groups if g[0] is None)
     return RowSummary.of_groups(g for g in groups if g[0] is not None), failures
@@ -364,9 +373,12 @@ def _stopped_message(table: str, error: str) -> str:
 
 
 def _stop(
-    rows: DataFrame, ref: TableRef, exc: LakehouseWriterError, stopped: dict[str, str],
+    rows: DataFrame,
+    ref: TableRef,
+    exc: LakehouseWriterError,
+    stopped: dict[str, str],
     out: DecodedBatch,
-) -> None:  # fmt: skip
+) -> None:
     """Reject ``rows``; a schema evolution error also stops the table.
 
     A stopped table's rows decoded earlier in this batch are rejected too: none are applied.
@@ -446,9 +458,11 @@ def with_raw_bytes(rejected: DataFrame, batch: DataFrame) -> DataFrame:
     raw = batch.select(*where, F.col("key").alias("__k"), F.col("value").alias("__v"))
     joined = rejected.join(raw, where, "left")
     return joined.select(
-        *[F.coalesce(c, f"__{c[0]}").alias(c) if c in ("key", "value") else F.col(c)
-          for c in rejected.columns]
-    )  # fmt: skip
+        *[
+            F.coalesce(c, f"__{c[0]}").alias(c) if c in ("key", "value") else F.col(c)
+            for c in rejected.columns
+        ]
+    )
 
 
 def source_options(settings: LakehouseSettings) -> dict[str, str]:

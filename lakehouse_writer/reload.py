@@ -115,11 +115,22 @@ class Speculation:
     def commit(self) -> ApplyResult:
         """Commit the files with the batch's txnVersion (:meth:`unique` must be True)."""
         version = self._pending.commit()
-        log.info("batch applied table=%s rows=%s truncates=%d fast_path=True one_pass=True "
-                 "version=%d", self.info.ref.qualified, self.summary.counts,
-                 len(self.summary.truncates), version)  # fmt: skip
-        return ApplyResult(self.info.ref.qualified, dict(self.summary.counts),  # type: ignore[arg-type]
-                           self.summary.truncates, True, False, version, None)  # fmt: skip
+        log.info(
+            "batch applied table=%s rows=%s truncates=%d fast_path=True one_pass=True version=%d",
+            self.info.ref.qualified,
+            self.summary.counts,
+            len(self.summary.truncates),
+            version,
+        )
+        return ApplyResult(
+            self.info.ref.qualified,
+            dict(self.summary.counts),  # type: ignore[arg-type]
+            self.summary.truncates,
+            True,
+            False,
+            version,
+            None,
+        )
 
     def discard(self) -> None:
         """Delete the files uncommitted (once the check no longer reads them)."""
@@ -128,9 +139,15 @@ class Speculation:
 
 
 def speculate(
-    batch: DataFrame, options: Mapping[str, str], ranges: OffsetRanges, expected: Expected,
-    info: TableInfo, app_id: str, version: int, applied: Sequence[Truncate],
-) -> Speculation | str:  # fmt: skip
+    batch: DataFrame,
+    options: Mapping[str, str],
+    ranges: OffsetRanges,
+    expected: Expected,
+    info: TableInfo,
+    app_id: str,
+    version: int,
+    applied: Sequence[Truncate],
+) -> Speculation | str:
     """Write the topic's rows of the batch as a reload of ``info``'s empty table (see above).
 
     Args:
@@ -170,8 +187,11 @@ def speculate(
     rows = conform(decoded.filter(F.col("__change_type") != "T"), info)
     pending = txn.PendingAppend.begin(spark, info.path, app_id, version, rows.schema)
     if pending is None or pending.replayed:
-        return "the append does not go through Delta's transaction" if pending is None \
-            else "the batch's rows are committed already (replay)"  # fmt: skip
+        return (
+            "the append does not go through Delta's transaction"
+            if pending is None
+            else "the batch's rows are committed already (replay)"
+        )
     pending.write(rows)
     try:
         summary, undecoded, offsets = _observed(observation.get, topic)
@@ -215,11 +235,14 @@ def _metrics(partitions: list[int]) -> list[Any]:
         *[F.count(F.when(change == c, 1)).alias(f"n_{c}") for c in _COUNTED],
         F.min(F.when(change != "T", time)).alias("oldest"),
         # as JSON: Observation.get hands arrays over as Java objects (null scopes kept)
-        F.to_json(F.collect_set(F.when(change == "T", truncate)),
-                  {"ignoreNullFields": "false"}).alias("truncates"),
-        *[F.max(F.when(F.col("partition") == p, F.col("offset"))).alias(f"o_{p}")
-          for p in partitions],
-    ]  # fmt: skip
+        F.to_json(
+            F.collect_set(F.when(change == "T", truncate)), {"ignoreNullFields": "false"}
+        ).alias("truncates"),
+        *[
+            F.max(F.when(F.col("partition") == p, F.col("offset"))).alias(f"o_{p}")
+            for p in partitions
+        ],
+    ]
 
 
 def _observed(
@@ -231,8 +254,11 @@ def _observed(
         counts["other"] = int(metrics["other"])  # deletes, archives, unknown types: no reload
     found = truncate_records(json.loads(metrics["truncates"]))
     summary = RowSummary(counts, None, metrics["oldest"], tuple(distinct_truncates(found)))
-    offsets = {(topic, int(k[2:])): int(v) for k, v in metrics.items()
-               if k.startswith("o_") and v is not None}  # fmt: skip
+    offsets = {
+        (topic, int(k[2:])): int(v)
+        for k, v in metrics.items()
+        if k.startswith("o_") and v is not None
+    }
     return summary, int(metrics["undecoded"]), offsets
 
 

@@ -114,22 +114,25 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
     header = F.col(HEADER)
     system = set(system_topics)
     data = ~F.col("topic").isin(*system) if system else F.lit(True)
-    read = df.select("key", "value", "topic", "partition", "offset",
-                     header_column().alias(HEADER))  # fmt: skip
+    read = df.select("key", "value", "topic", "partition", "offset", header_column().alias(HEADER))
     structs = [
         F.when(data & (header == F.lit(e.header)), _from_avro(e)).alias(f"__r{i}")
         for i, e in enumerate(expected)
-    ]  # fmt: skip
+    ]
     decoded = read.select("key", "value", "topic", "partition", "offset", HEADER, *structs)
     for i, e in enumerate(expected):  # a key that disagrees: not decoded here (see read.py)
         decoded = with_key_check(decoded, f"__r{i}", e.schema, e.keys)
     change = _change_type(len(expected))
     ok = change.isNotNull()
     frame = decoded.select(
-        "topic", "partition", "offset", HEADER,
-        F.when(~ok, F.col("key")).alias("key"), F.when(~ok, F.col("value")).alias("value"),
+        "topic",
+        "partition",
+        "offset",
+        HEADER,
+        F.when(~ok, F.col("key")).alias("key"),
+        F.when(~ok, F.col("value")).alias("value"),
         *[f"__r{i}" for i in range(len(expected))],
-    )  # fmt: skip
+    )
     frame = few_partitions(frame).persist()
     found = BatchScan(frame)
     try:
@@ -143,15 +146,28 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         head = None if g[HEADER] is None else bytes(g[HEADER])
         found.headers.setdefault(g["topic"], set()).add(head)
     for i, e in enumerate(expected):
-        mine = [g for g in groups if g[HEADER] is not None and bytes(g[HEADER]) == e.header
-                and g["topic"] not in system]  # fmt: skip
+        mine = [
+            g
+            for g in groups
+            if g[HEADER] is not None and bytes(g[HEADER]) == e.header and g["topic"] not in system
+        ]
         if not mine:
             continue
         parsed = frame.filter(header == F.lit(e.header)).select(
             "topic", "partition", "offset", "key", "value", F.col(f"__r{i}").alias("__r")
-        )  # fmt: skip
-        rows = [(g["change"], g["n"], g[f"valued{i}"], g[f"lo{i}"], g[f"hi{i}"], g[f"old{i}"],
-                 g[f"truncates{i}"]) for g in mine]  # fmt: skip
+        )
+        rows = [
+            (
+                g["change"],
+                g["n"],
+                g[f"valued{i}"],
+                g[f"lo{i}"],
+                g[f"hi{i}"],
+                g[f"old{i}"],
+                g[f"truncates{i}"],
+            )
+            for g in mine
+        ]
         failures = sum(n for change, n, *_ in rows if change is None)
         summary = RowSummary.of_counts(r for r in rows if r[0] is not None)
         found.decoded[e.header] = Decoded(parsed, summary, failures)
@@ -198,8 +214,13 @@ def _aggregate(frame: DataFrame, expected: list[Expected]) -> list[Any]:
         )
         if i == 0:
             aggregates.append(n)
-        aggregates += [valued.alias(f"valued{i}"), lo.alias(f"lo{i}"), hi.alias(f"hi{i}"),
-                       old.alias(f"old{i}"), truncates.alias(f"truncates{i}")]  # fmt: skip
+        aggregates += [
+            valued.alias(f"valued{i}"),
+            lo.alias(f"lo{i}"),
+            hi.alias(f"hi{i}"),
+            old.alias(f"old{i}"),
+            truncates.alias(f"truncates{i}"),
+        ]
     if not expected:
         aggregates.append(F.count(F.lit(1)).alias("n"))
     by = ["topic", "partition", HEADER, _change_type(len(expected)).alias("change")]

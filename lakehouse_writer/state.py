@@ -53,8 +53,15 @@ STATE_SCHEMA = (
 )
 COMPACT_EVERY = 200  # batches; bounds the rows and files a restart reads
 TRUNCATE = "truncate"  # the kind of a TRUNCATE's row
-_KIND_ORDER = {"offset": 0, "table": 1, "pending": 2, "done": 3, "stopped": 4, "held": 5,
-               "awaits": 6}  # fmt: skip
+_KIND_ORDER = {
+    "offset": 0,
+    "table": 1,
+    "pending": 2,
+    "done": 3,
+    "stopped": 4,
+    "held": 5,
+    "awaits": 6,
+}
 
 
 @dataclass
@@ -86,8 +93,16 @@ class BatchChanges:
         """The ``_writer_state`` rows of these changes."""
 
         def row(kind: str, **values: Any) -> tuple[Any, ...]:
-            names = ("topic", "partition", "offset", "table", "version", "commit_id", "record",
-                     "error")  # fmt: skip
+            names = (
+                "topic",
+                "partition",
+                "offset",
+                "table",
+                "version",
+                "commit_id",
+                "record",
+                "error",
+            )
             return (instance, batch_id, kind, *(values.get(n) for n in names))
 
         return [
@@ -103,7 +118,7 @@ class BatchChanges:
                     record=c.raw,
                 )
                 for c in self.pending
-            ),  # fmt: skip
+            ),
             *(row("done", commit_id=c) for c in self.done),
             *(row("stopped", table=t, error=e) for t, e in self.stopped.items()),
             *(row(TRUNCATE, table=t, record=r) for t, r in self.truncates),
@@ -158,9 +173,15 @@ class WriterState:
 
     def live(self) -> BatchChanges:
         """The state as one set of changes (what compaction keeps)."""
-        return BatchChanges(dict(self.offsets), dict(self.versions), list(self.pending.values()),
-                            [], dict(self.stopped), held=dict(self.held),
-                            awaits=dict(self.awaits))  # fmt: skip
+        return BatchChanges(
+            dict(self.offsets),
+            dict(self.versions),
+            list(self.pending.values()),
+            [],
+            dict(self.stopped),
+            held=dict(self.held),
+            awaits=dict(self.awaits),
+        )
 
 
 class StateStore:
@@ -189,9 +210,13 @@ class StateStore:
         rows = frame.filter(F.col("instance") == self._instance).collect()
         for row in sorted(rows, key=lambda r: (r.batch_id, _KIND_ORDER.get(r.kind, 9))):
             _fold(state, row)
-        log.info("writer state loaded instance=%s last_batch=%d pending_commits=%d stopped=%s",
-                 self._instance, state.last_batch, len(state.pending),
-                 sorted(state.stopped))  # fmt: skip
+        log.info(
+            "writer state loaded instance=%s last_batch=%d pending_commits=%d stopped=%s",
+            self._instance,
+            state.last_batch,
+            len(state.pending),
+            sorted(state.stopped),
+        )
         return state
 
     def create(self) -> bool:
@@ -208,9 +233,7 @@ class StateStore:
             self._exists = True
             return False
         schema = StructType.fromDDL(STATE_SCHEMA).add("written_at", "timestamp")  # as _frame
-        DeltaTable.createIfNotExists(self._spark).location(self._path).addColumns(
-            schema
-        ).execute()  # fmt: skip
+        DeltaTable.createIfNotExists(self._spark).location(self._path).addColumns(schema).execute()
         self._exists = True
         return True
 
@@ -219,8 +242,12 @@ class StateStore:
         rows = changes.rows(self._instance, batch_id)
         if not rows:
             return
-        txn.append(self._frame(rows), self._path, txn.app_id_for(self._instance, STATE),
-                   txn.txn_version(batch_id, txn.STEP_SYSTEM))  # fmt: skip
+        txn.append(
+            self._frame(rows),
+            self._path,
+            txn.app_id_for(self._instance, STATE),
+            txn.txn_version(batch_id, txn.STEP_SYSTEM),
+        )
 
     def compact(self, state: WriterState) -> None:
         """Rewrite this instance's rows as the live state only (atomic; others untouched).

@@ -65,8 +65,9 @@ def local_frame(spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: st
     struct = StructType.fromDDL(schema)
     arrow = to_arrow_schema(struct)
     columns = list(zip(*rows, strict=True)) or [() for _ in arrow]
-    table = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)],
-                     schema=arrow)  # fmt: skip
+    table = pa.table(
+        [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)], schema=arrow
+    )
     return spark.createDataFrame(table, struct)
 
 
@@ -106,10 +107,13 @@ def log_rows(df: DataFrame, table: str) -> DataFrame:
 
     raw = F.col("value").cast("string")
     parsed = df.select(
-        F.from_json(raw, LOG_TABLES[table]).alias("r"), F.col("key").cast("string").alias("key"),
-        F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"), raw.alias("raw"),
-    ).select("r.*", "key", "kafka_topic", "kafka_partition", "kafka_offset", "raw")  # fmt: skip
+        F.from_json(raw, LOG_TABLES[table]).alias("r"),
+        F.col("key").cast("string").alias("key"),
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        raw.alias("raw"),
+    ).select("r.*", "key", "kafka_topic", "kafka_partition", "kafka_offset", "raw")
     for name in _TIMESTAMPS:
         if name in parsed.columns:
             parsed = parsed.withColumn(name, F.col(name).cast("timestamp"))

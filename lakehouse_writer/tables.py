@@ -66,8 +66,20 @@ GOVERNANCE_PROPERTIES: dict[str, str] = {
 PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
 STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
 MAX_STATS_COLUMNS = 32  # payload columns with statistics: as many as Delta's default columns
-_STATS_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double", "date",
-                          "timestamp", "timestamp_ntz", "string"})  # and decimals  # fmt: skip
+_STATS_TYPES = frozenset(
+    {
+        "tinyint",
+        "smallint",
+        "int",
+        "bigint",
+        "float",
+        "double",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "string",
+    }
+)  # and decimals
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 COLUMN_MAPPING = {COLUMN_MAPPING_MODE: "name"}  # for names Parquet cannot hold
 _UNFIT_FOR_PARQUET = frozenset(" ,;{}()\n\t=")  # Delta refuses these without column mapping
@@ -142,8 +154,11 @@ def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
     dates, timestamps, strings), then ``__change_time``.
     """
     technical = {f.name for f in TECHNICAL_FIELDS}
-    eligible = [name for name, kind in columns if name not in technical
-                and (kind in _STATS_TYPES or kind.startswith("decimal"))]  # fmt: skip
+    eligible = [
+        name
+        for name, kind in columns
+        if name not in technical and (kind in _STATS_TYPES or kind.startswith("decimal"))
+    ]
     return ",".join(_q(name) for name in [*eligible[:MAX_STATS_COLUMNS], "__change_time"])
 
 
@@ -161,7 +176,7 @@ def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict
     props[STATS_COLUMNS_PROPERTY] = stats_columns(
         (f.name, _parse_datatype_string(f.type.to_spark()).simpleString())
         for f in schema_fields(schema)
-    )  # fmt: skip
+    )
     if needs_column_mapping(f.name for f in schema_fields(schema)):
         props.update(COLUMN_MAPPING)
     raw = schema.to_avro_json()
@@ -240,8 +255,11 @@ class TableManager:
         """
         for outcome in applier.map(lambda schema, _: self.ensure(schema), list(schemas)):
             if outcome.error is not None:
-                log.debug("table not made ahead of its rows table=%s error=%s",
-                          TableRef.of(outcome.item).qualified, outcome.error)  # fmt: skip
+                log.debug(
+                    "table not made ahead of its rows table=%s error=%s",
+                    TableRef.of(outcome.item).qualified,
+                    outcome.error,
+                )
 
     def _lock_of(self, ref: TableRef) -> threading.Lock:
         with self._lock:
@@ -334,9 +352,7 @@ def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], Stru
     try:
         jvm = spark._jvm  # type: ignore[attr-defined]
         metadata = _latest_snapshot(spark, path).metadata()
-        configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-            metadata.configuration()
-        )  # fmt: skip
+        configuration = jvm.scala.jdk.javaapi.CollectionConverters.asJava(metadata.configuration())
         struct = StructType.fromJson(json.loads(metadata.schemaString()))
         return dict(configuration), struct
     except Py4JError:
@@ -357,13 +373,19 @@ def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vector
     if schema.doc:
         builder = builder.comment(schema.doc)
     for item in schema_fields(schema):
-        builder = builder.addColumn(item.name, item.type.to_spark(), item.nullable,
-                                    comment=item.doc)  # fmt: skip
+        builder = builder.addColumn(
+            item.name, item.type.to_spark(), item.nullable, comment=item.doc
+        )
     for key, value in table_properties(schema, deletion_vectors).items():
         builder = builder.property(key, value)
     builder.execute()
-    log.info("table created table=%s path=%s keys=%s deletion_vectors=%s", schema.name, path,
-             list(schema.pks), deletion_vectors)  # fmt: skip
+    log.info(
+        "table created table=%s path=%s keys=%s deletion_vectors=%s",
+        schema.name,
+        path,
+        list(schema.pks),
+        deletion_vectors,
+    )
 
 
 def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
@@ -393,8 +415,10 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
                 log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
     stats = stats_columns(columns)
     if added and properties.get(STATS_COLUMNS_PROPERTY, stats) != stats:  # a table of ours
-        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES "
-                  f"('{STATS_COLUMNS_PROPERTY}' = '{_sql_str(stats)}')")  # fmt: skip
+        spark.sql(
+            f"ALTER TABLE {target} SET TBLPROPERTIES "
+            f"('{STATS_COLUMNS_PROPERTY}' = '{_sql_str(stats)}')"
+        )
 
 
 def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) -> None:
@@ -402,37 +426,52 @@ def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) 
     if stored != list(schema.pks):
         raise SchemaEvolutionError(
             "the primary key changed; a Delta table keeps its key: reload into a new table",
-            table=ref.qualified, stored_keys=stored, new_keys=list(schema.pks),
-        )  # fmt: skip
+            table=ref.qualified,
+            stored_keys=stored,
+            new_keys=list(schema.pks),
+        )
 
 
 def _add_column(spark: SparkSession, target: str, item: AvroField, ref: TableRef) -> None:
     comment = f" COMMENT '{_sql_str(item.doc)}'" if item.doc else ""
     spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({_q(item.name)} {item.type.to_spark()}{comment})")
-    log.info("column added table=%s column=%s type=%s", ref.qualified, item.name,
-             item.type.to_spark())  # fmt: skip
+    log.info(
+        "column added table=%s column=%s type=%s", ref.qualified, item.name, item.type.to_spark()
+    )
 
 
 def _change_column(
-    spark: SparkSession, target: str, name: str, old: DataType, new: DataType, ref: TableRef,
+    spark: SparkSession,
+    target: str,
+    name: str,
+    old: DataType,
+    new: DataType,
+    ref: TableRef,
     properties: dict[str, str],
-) -> None:  # fmt: skip
+) -> None:
     if old == new or can_widen(new, old):
         return  # the table already holds every value of the new type
     if not can_widen(old, new):
         raise SchemaEvolutionError(
             "incompatible column type change (only widening is allowed: "
             "byte<short<int<long, float<double, larger decimals)",
-            table=ref.qualified, column=name, table_type=old.simpleString(),
+            table=ref.qualified,
+            column=name,
+            table_type=old.simpleString(),
             new_type=new.simpleString(),
-        )  # fmt: skip
+        )
     if properties.get(TYPE_WIDENING) != "true":  # the table's first widening
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
         properties[TYPE_WIDENING] = "true"
         log.info("type widening turned on table=%s column=%s", ref.qualified, name)
     spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(name)} TYPE {new.simpleString()}")
-    log.info("column widened table=%s column=%s from=%s to=%s", ref.qualified, name,
-             old.simpleString(), new.simpleString())  # fmt: skip
+    log.info(
+        "column widened table=%s column=%s from=%s to=%s",
+        ref.qualified,
+        name,
+        old.simpleString(),
+        new.simpleString(),
+    )
 
 
 _INTEGRAL = ["tinyint", "smallint", "int", "bigint"]

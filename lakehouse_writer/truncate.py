@@ -157,8 +157,7 @@ class TruncateLog:
 
 def to_record(truncate: Truncate) -> str:
     """A TRUNCATE as the JSON of its ``_writer_state`` row."""
-    return json.dumps({"time_us": truncate.time_us, "scope": dict(truncate.scope)},
-                      sort_keys=True)  # fmt: skip
+    return json.dumps({"time_us": truncate.time_us, "scope": dict(truncate.scope)}, sort_keys=True)
 
 
 def from_record(record: str) -> Truncate:

@@ -93,9 +93,13 @@ def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
 
 
 def append(
-    df: DataFrame, path: str, app_id: str, version: int, merge_schema: bool = False,
+    df: DataFrame,
+    path: str,
+    app_id: str,
+    version: int,
+    merge_schema: bool = False,
     check: Callable[[], bool] | None = None,
-) -> bool:  # fmt: skip
+) -> bool:
     """Append ``df`` to the Delta table at ``path`` once as (``app_id``, ``version``).
 
     A replay (the table already holds ``version`` or a later one of ``app_id``) writes nothing.
@@ -120,9 +124,11 @@ def append(
     if check is not None and not check():
         return False
     writer = (
-        df.write.format("delta").mode("append")
-        .option("txnAppId", app_id).option("txnVersion", version)
-    )  # fmt: skip
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", version)
+    )
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     writer.save(path)
@@ -130,9 +136,12 @@ def append(
 
 
 def append_in_transaction(
-    df: DataFrame, path: str, app_id: str, version: int,
+    df: DataFrame,
+    path: str,
+    app_id: str,
+    version: int,
     check: Callable[[], bool] | None = None,
-) -> bool | None:  # fmt: skip
+) -> bool | None:
     """:func:`append` through ``OptimisticTransaction``; None when that does not apply.
 
     It does not apply (and does nothing) when the table does not exist, ``df``'s columns are
@@ -160,8 +169,16 @@ class PendingAppend:
     write (:mod:`lakehouse_writer.reload`).
     """
 
-    def __init__(self, spark: SparkSession, path: str, app_id: str, version: int,
-                 delta_log: Any, transaction: Any, done: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spark: SparkSession,
+        path: str,
+        app_id: str,
+        version: int,
+        delta_log: Any,
+        transaction: Any,
+        done: int,
+    ) -> None:
         self._spark = spark
         self.path = path
         self.app_id = app_id
@@ -204,8 +221,12 @@ class PendingAppend:
             return None
         pending = cls(spark, path, app_id, version, delta_log, transaction, done)
         if pending.replayed:
-            log.info("append skipped path=%s app_id=%s version=%d: already committed (replay)",
-                     path, app_id, version)  # fmt: skip
+            log.info(
+                "append skipped path=%s app_id=%s version=%d: already committed (replay)",
+                path,
+                app_id,
+                version,
+            )
         else:
             transaction.readTxn().addOne(app_id)  # a concurrent commit of the app id conflicts
         return pending
@@ -257,8 +278,9 @@ class PendingAppend:
             for target in self._paths():
                 target.getFileSystem(conf).delete(target, False)
         except Py4JError as exc:
-            log.warning("files of an append not committed left for VACUUM path=%s error=%s",
-                        self.path, exc)  # fmt: skip
+            log.warning(
+                "files of an append not committed left for VACUUM path=%s error=%s", self.path, exc
+            )
         self._files = None
 
     def _paths(self) -> list[Any]:

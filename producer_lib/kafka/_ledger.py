@@ -74,8 +74,10 @@ class TransactionLedger:
         tables = ",".join(t for (topic, t) in self.tables if topic == msg.topic())
         where = f"topic={msg.topic()} table={tables} partition={msg.partition()}"
         if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the whole batch fails, not one row
-            return (f"{where}: the broker refused a batch holding a message larger than the "
-                    "topic's max.message.bytes; shorten the rows or raise it")  # fmt: skip
+            return (
+                f"{where}: the broker refused a batch holding a message larger than the "
+                "topic's max.message.bytes; shorten the rows or raise it"
+            )
         return f"{where}: {err}"
 
     def check(self) -> None:
@@ -92,8 +94,11 @@ class TransactionLedger:
         missing = [key for key, s in self.partitions.items() if s.rows and s.min_offset is None]
         if missing:
             topic, partition = missing[0]
-            raise ProduceError("no delivery report for produced rows; the transaction was "
-                               "aborted", topic=topic, partition=partition)  # fmt: skip
+            raise ProduceError(
+                "no delivery report for produced rows; the transaction was aborted",
+                topic=topic,
+                partition=partition,
+            )
 
     @property
     def rows(self) -> int:
@@ -106,16 +111,27 @@ class TransactionLedger:
         Args:
             **header: ``commit_id``, ``producer``, ``source_system``, ``function_name``.
         """
-        tables = [{"topic": topic, "table": table, "rows": rows}
-                  for (topic, table), rows in self.tables.items()]  # fmt: skip
+        tables = [
+            {"topic": topic, "table": table, "rows": rows}
+            for (topic, table), rows in self.tables.items()
+        ]
         partitions = [
-            {"topic": topic, "partition": partition, "min_offset": s.min_offset,
-             "max_offset": s.max_offset, "rows": s.rows}
+            {
+                "topic": topic,
+                "partition": partition,
+                "min_offset": s.min_offset,
+                "max_offset": s.max_offset,
+                "rows": s.rows,
+            }
             for (topic, partition), s in sorted(self.partitions.items())
             if s.rows
-        ]  # fmt: skip
-        record = {**header, "transaction_time": self.transaction_time, "tables": tables,
-                  "partitions": partitions}  # fmt: skip
+        ]
+        record = {
+            **header,
+            "transaction_time": self.transaction_time,
+            "tables": tables,
+            "partitions": partitions,
+        }
         if self.truncated:
             record["truncated"] = self.truncated
         return record

@@ -68,15 +68,23 @@ class EncodedBatch:
     ) -> EncodedBatch:
         """Build from the encoder's ``(buf, offsets)`` pairs and a partition array."""
         counts = np.bincount(partitions, minlength=partition_count).tolist()
-        return cls(keys[0].tobytes(), keys[1].tolist(), values[0].tobytes(),
-                   values[1].tolist(), partitions.tolist(),
-                   {p: n for p, n in enumerate(counts) if n},
-                   marked_rows(partitions), source)  # fmt: skip
+        return cls(
+            keys[0].tobytes(),
+            keys[1].tolist(),
+            values[0].tobytes(),
+            values[1].tolist(),
+            partitions.tolist(),
+            {p: n for p, n in enumerate(counts) if n},
+            marked_rows(partitions),
+            source,
+        )
 
     def sizes(self, row: int) -> tuple[int, int]:
         """Key and value bytes of ``row``."""
-        return (self.key_offsets[row + 1] - self.key_offsets[row],
-                self.value_offsets[row + 1] - self.value_offsets[row])  # fmt: skip
+        return (
+            self.key_offsets[row + 1] - self.key_offsets[row],
+            self.value_offsets[row + 1] - self.value_offsets[row],
+        )
 
     def __len__(self) -> int:
         return len(self.partitions)
@@ -247,8 +255,11 @@ def rejected_row_error(
         text = f"Kafka refused the row: {error or rejected.cause}"
     position = None if rows_before is None else rows_before + rejected.row + 1
     return ProduceError(
-        f"{text}; the transaction was aborted", topic=target.topic, table=target.table,
-        row=position, key=key_of_row(batch.source, rejected.row, target),
+        f"{text}; the transaction was aborted",
+        topic=target.topic,
+        table=target.table,
+        row=position,
+        key=key_of_row(batch.source, rejected.row, target),
         size_bytes=key_bytes + value_bytes if too_large else None,
         limit_bytes=limit if too_large else None,
-    )  # fmt: skip
+    )

@@ -88,15 +88,22 @@ def check_columns(columns: Sequence[str], target: Target) -> None:
     names = set(columns)
     expected = set(target.value_schema.fields)
     missing = [name for name in target.value_schema.fields if name not in names]
-    extra = [name for name in columns
-             if name not in expected and name not in TECHNICAL_FIELD_NAMES]  # fmt: skip
+    extra = [name for name in columns if name not in expected and name not in TECHNICAL_FIELD_NAMES]
     if missing:
-        raise SchemaError("input lacks columns of the value schema", topic=target.topic,
-                          table=target.table, columns=missing)  # fmt: skip
+        raise SchemaError(
+            "input lacks columns of the value schema",
+            topic=target.topic,
+            table=target.table,
+            columns=missing,
+        )
     if extra:
-        raise SchemaError("input has columns the value schema does not know; add them to "
-                          "the schema or leave them out of the query", topic=target.topic,
-                          table=target.table, columns=extra)  # fmt: skip
+        raise SchemaError(
+            "input has columns the value schema does not know; add them to "
+            "the schema or leave them out of the query",
+            topic=target.topic,
+            table=target.table,
+            columns=extra,
+        )
 
 
 def row_table(row: dict[str, Any], schema: pa.Schema, target: Target, kind: str) -> pa.Table:
@@ -108,8 +115,12 @@ def row_table(row: dict[str, Any], schema: pa.Schema, target: Target, kind: str)
     """
     unknown = [name for name in row if name not in schema.names]
     if unknown:
-        raise SchemaError(f"{kind} row has columns not in the {kind} schema",
-                          topic=target.topic, table=target.table, columns=unknown)  # fmt: skip
+        raise SchemaError(
+            f"{kind} row has columns not in the {kind} schema",
+            topic=target.topic,
+            table=target.table,
+            columns=unknown,
+        )
     loose = pa.schema([field.with_nullable(True) for field in schema])
     try:
         return rows_to_arrow([row], loose, table=target.table)

@@ -54,10 +54,16 @@ class TransactionalProducer:
     """
 
     def __init__(
-        self, source_system: str, function_name: str, zone: str, environment: str,
-        kafka_settings: KafkaSettings, logger: logging.Logger | None = None, *,
+        self,
+        source_system: str,
+        function_name: str,
+        zone: str,
+        environment: str,
+        kafka_settings: KafkaSettings,
+        logger: logging.Logger | None = None,
+        *,
         instance: str = "0",
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.source_system = source_system
         self.function_name = function_name
         self.transactional_id = f"{environment}.{zone}.{function_name}.{instance}"
@@ -97,8 +103,9 @@ class TransactionalProducer:
             ProduceError: The producer has already started.
         """
         if self._state != "new":
-            raise ProduceError("set_instance() must come before the with block",
-                               producer=self.transactional_id)  # fmt: skip
+            raise ProduceError(
+                "set_instance() must come before the with block", producer=self.transactional_id
+            )
         environment, zone = self._environment_zone
         self.transactional_id = f"{environment}.{zone}.{self.function_name}.{instance}"
 
@@ -111,17 +118,25 @@ class TransactionalProducer:
             ProduceError: The cluster is unreachable within ``connect_timeout_s`` or refuses.
         """
         if self._state != "new":
-            raise ProduceError("a KafkaProducer can be entered once; create a new one",
-                               producer=self.transactional_id)  # fmt: skip
+            raise ProduceError(
+                "a KafkaProducer can be entered once; create a new one",
+                producer=self.transactional_id,
+            )
         conf = producer_config(self._settings, self.transactional_id)
         self._max_message_bytes = int(conf.get("message.max.bytes", MESSAGE_MAX_BYTES))
         timeout = self._settings.connect_timeout_s
         kafka = start_transactional(conf, timeout, bootstrap=self._settings.bootstrap_servers)
         self._kafka, self._admin, self._state = kafka, AdminClient(conf), "open"
-        ensure_topic(self._admin, COMMITS_TOPIC, 1, timeout_s=timeout,
-                     replication_factor=self._settings.topic_replication_factor)  # fmt: skip
-        self._log.info("producer ready producer=%s %s", self.transactional_id,
-                       self._settings.describe())  # fmt: skip
+        ensure_topic(
+            self._admin,
+            COMMITS_TOPIC,
+            1,
+            timeout_s=timeout,
+            replication_factor=self._settings.topic_replication_factor,
+        )
+        self._log.info(
+            "producer ready producer=%s %s", self.transactional_id, self._settings.describe()
+        )
         return self
 
     def hold(self) -> None:
@@ -168,8 +183,10 @@ class TransactionalProducer:
         """
         if self._holds:
             self._deferred_exit = (exc_type, exc, tb)
-            self._log.info("producer=%s stays open for the run that holds it; it closes when "
-                           "that run ends", self.transactional_id)  # fmt: skip
+            self._log.info(
+                "producer=%s stays open for the run that holds it; it closes when that run ends",
+                self.transactional_id,
+            )
             return
         self._exit_now(exc_type, exc, tb)
 
@@ -185,13 +202,18 @@ class TransactionalProducer:
             self._abort("left the with block" if exc is None else f"{exc_type.__name__}")
         self._close()
         if left_open and exc is None:
-            raise ProduceError("rows were produced but not committed; call commit() before "
-                               "leaving the with block (they were aborted)",
-                               producer=self.transactional_id)  # fmt: skip
+            raise ProduceError(
+                "rows were produced but not committed; call commit() before "
+                "leaving the with block (they were aborted)",
+                producer=self.transactional_id,
+            )
         if failure is not None and exc is None:  # the flow caught it: say what it lost
-            self._log.warning("closed after an error aborted a transaction and no abort() "
-                              "followed producer=%s error=%s", self.transactional_id,
-                              failure.cause)  # fmt: skip
+            self._log.warning(
+                "closed after an error aborted a transaction and no abort() "
+                "followed producer=%s error=%s",
+                self.transactional_id,
+                failure.cause,
+            )
 
     def _close(self) -> None:
         if self._kafka is not None and self._state == "open":
@@ -255,9 +277,14 @@ class TransactionalProducer:
         self._usable()
         if topic not in self._system_topics:
             assert self._admin is not None
-            ensure_topic(self._admin, topic, 1, config=COMPACTED,
-                         replication_factor=self._settings.topic_replication_factor,
-                         timeout_s=self._settings.connect_timeout_s)  # fmt: skip
+            ensure_topic(
+                self._admin,
+                topic,
+                1,
+                config=COMPACTED,
+                replication_factor=self._settings.topic_replication_factor,
+                timeout_s=self._settings.connect_timeout_s,
+            )
             self._system_topics.add(topic)
         ledger = self._begin()
         assert self._kafka is not None
@@ -303,8 +330,9 @@ class TransactionalProducer:
             flush_s = self._settings.transaction_timeout_ms / 1000
             remaining = self._run_txn("flush", lambda: kafka.flush(flush_s))
             if remaining:
-                raise ProduceError(f"{remaining} message(s) not delivered in time",
-                                   producer=self.transactional_id)  # fmt: skip
+                raise ProduceError(
+                    f"{remaining} message(s) not delivered in time", producer=self.transactional_id
+                )
             ledger.check()
             ledger.truncated = self._take_truncations()
             pending = PendingCommit(commit_id, ledger)
@@ -312,20 +340,30 @@ class TransactionalProducer:
                 hook(pending)
             if ledger.rows:  # only data transactions get a commit record
                 record = ledger.commit_record(
-                    commit_id=commit_id, producer=self.transactional_id,
-                    source_system=self.source_system, function_name=self.function_name,
-                )  # fmt: skip
+                    commit_id=commit_id,
+                    producer=self.transactional_id,
+                    source_system=self.source_system,
+                    function_name=self.function_name,
+                )
                 kafka.produce(COMMITS_TOPIC, json.dumps(record).encode(), commit_id.encode(), 0)
             timeout = self._settings.transaction_timeout_ms / 1000
             self._run_txn("commit_transaction", lambda: kafka.commit_transaction(timeout))
         self._ledger = None
         for table, columns in ledger.truncated.items():
-            self._log.warning("text truncated (opt-in) producer=%s commit_id=%s table=%s "
-                              "truncated=%s", self.transactional_id, commit_id, table,
-                              columns)  # fmt: skip
-        self._log.info("committed producer=%s commit_id=%s transaction_time=%d rows=%d",
-                       self.transactional_id, commit_id, ledger.transaction_time,
-                       ledger.rows)  # fmt: skip
+            self._log.warning(
+                "text truncated (opt-in) producer=%s commit_id=%s table=%s truncated=%s",
+                self.transactional_id,
+                commit_id,
+                table,
+                columns,
+            )
+        self._log.info(
+            "committed producer=%s commit_id=%s transaction_time=%d rows=%d",
+            self.transactional_id,
+            commit_id,
+            ledger.transaction_time,
+            ledger.rows,
+        )
         pending.committed()
         return commit_id
 
@@ -345,8 +383,9 @@ class TransactionalProducer:
 
     def _run_txn(self, operation: str, call: Any) -> Any:
         try:
-            return call_transactional(operation, call, attempts=_COMMIT_ATTEMPTS,
-                                      producer=self.transactional_id)  # fmt: skip
+            return call_transactional(
+                operation, call, attempts=_COMMIT_ATTEMPTS, producer=self.transactional_id
+            )
         except TransactionFailed as exc:
             if exc.kind == "fatal":
                 self._state, self._broken_reason = "broken", exc.message
@@ -385,8 +424,12 @@ class TransactionalProducer:
         kafka, timeout = self._kafka, self._settings.transaction_timeout_ms / 1000
         try:
             self._run_txn("abort_transaction", lambda: kafka.abort_transaction(timeout))
-            self._log.warning("transaction aborted producer=%s reason=%s rows=%d",
-                              self.transactional_id, reason, ledger.rows)  # fmt: skip
+            self._log.warning(
+                "transaction aborted producer=%s reason=%s rows=%d",
+                self.transactional_id,
+                reason,
+                ledger.rows,
+            )
         except TransactionFailed as exc:
             self._state, self._broken_reason = "broken", exc.message
             self._log.error("abort failed producer=%s error=%s", self.transactional_id, exc)
@@ -406,5 +449,6 @@ class _Failure:
             "was committed, and rows produced after it must not commit without it. Call "
             "producer.abort() and produce the whole transaction again (TRUNCATE included), "
             "or create a new producer",
-            producer=producer, **self.context,
-        )  # fmt: skip
+            producer=producer,
+            **self.context,
+        )

@@ -79,8 +79,15 @@ class KafkaProducer(TransactionalProducer):
         schema_catalog: SchemaCatalog | None = None,
         instance: str = "0",
     ) -> None:
-        super().__init__(source_system, function_name, zone, environment, kafka_settings,
-                         logger or log, instance=instance)  # fmt: skip
+        super().__init__(
+            source_system,
+            function_name,
+            zone,
+            environment,
+            kafka_settings,
+            logger or log,
+            instance=instance,
+        )
         self._duckdb = duckdb_connection
         self._catalog = schema_catalog
         self._targets: dict[str, Target] = {}
@@ -124,10 +131,12 @@ class KafkaProducer(TransactionalProducer):
         assert self._admin is not None and self._catalog is not None
         self._catalog.check_binding(topic, value_schema, self._log)  # tables go by schema name
         count = ensure_topic(
-            self._admin, topic, partitions or self._settings.topic_partitions,
+            self._admin,
+            topic,
+            partitions or self._settings.topic_partitions,
             replication_factor=self._settings.topic_replication_factor,
             timeout_s=self._settings.connect_timeout_s,
-        )  # fmt: skip
+        )
         target = build_target(topic, schema_name, key_schema, value_schema, count, self._catalog)
         self._targets[topic] = target
         self._log.info("target added topic=%s table=%s partitions=%d", topic, target.table, count)
@@ -144,19 +153,27 @@ class KafkaProducer(TransactionalProducer):
 
     def _check_target(self, target: Target) -> None:
         if self._targets.get(getattr(target, "topic", None)) is not target:  # type: ignore[arg-type]
-            raise ProduceError("unknown target: add it with add_target() on this producer first",
-                               topic=getattr(target, "topic", repr(target)))  # fmt: skip
+            raise ProduceError(
+                "unknown target: add it with add_target() on this producer first",
+                topic=getattr(target, "topic", repr(target)),
+            )
 
     def _check_partition(self, target: Target, partition: int | None) -> None:
         if partition is not None and not 0 <= partition < target.partitions:
-            raise ProduceError(f"partition out of range 0..{target.partitions - 1}",
-                               topic=target.topic, partition=partition)  # fmt: skip
+            raise ProduceError(
+                f"partition out of range 0..{target.partitions - 1}",
+                topic=target.topic,
+                partition=partition,
+            )
 
     # -- producing ------------------------------------------------------------------------
 
     def _constants(self, target: Target, row_type: RowType, txn_time: int) -> tuple[dict, dict]:
-        values = {"__change_type": RowType(row_type).value, "__change_time": txn_time,
-                  "__source_system": self.source_system}  # fmt: skip
+        values = {
+            "__change_type": RowType(row_type).value,
+            "__change_time": txn_time,
+            "__source_system": self.source_system,
+        }
         keys = {"__change_time": txn_time} if target.key_schema.is_append_only else {}
         return keys, values
 
@@ -263,15 +280,22 @@ class KafkaProducer(TransactionalProducer):
         self._check_target(target)
         self._check_partition(target, partition)
         if batch_size < 1:
-            raise ProduceError("batch_size must be positive", topic=target.topic,
-                               batch_size=batch_size)  # fmt: skip
+            raise ProduceError(
+                "batch_size must be positive", topic=target.topic, batch_size=batch_size
+            )
 
     def _check_keys(
         self, con: duckdb.DuckDBPyConnection, table_or_query: str, target: Target
     ) -> None:
         """Duplicate or null keys fail here, before a row of the table is sent."""
-        check_keys(table_or_query, target.value_schema.pks, con, topic=target.topic,
-                   table=target.table, source=table_or_query)  # fmt: skip
+        check_keys(
+            table_or_query,
+            target.value_schema.pks,
+            con,
+            topic=target.topic,
+            table=target.table,
+            source=table_or_query,
+        )
 
     def _send(self, target: Target, batch: EncodedBatch, rows_before: int | None) -> None:
         assert self._ledger is not None and self._kafka is not None
@@ -279,6 +303,7 @@ class KafkaProducer(TransactionalProducer):
         try:
             send_batch(self._kafka, target.topic, batch, self._ledger.on_delivery)
         except RowRejected as exc:
-            raise rejected_row_error(target, batch, exc, rows_before,
-                                     self._max_message_bytes) from exc.cause  # fmt: skip
+            raise rejected_row_error(
+                target, batch, exc, rows_before, self._max_message_bytes
+            ) from exc.cause
         self._kafka.poll(0)  # serve delivery reports so they do not pile up

@@ -64,5 +64,8 @@ class Progress:
             self._stream.flush()
         self._log.info(
             "produced %s rows=%d seconds=%.3f rows_per_s=%.0f",
-            self.label, self.rows, self.elapsed_s, self.rows_per_s,
-        )  # fmt: skip
+            self.label,
+            self.rows,
+            self.elapsed_s,
+            self.rows_per_s,
+        )

@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ErrorKind = Literal["retriable", "abortable", "fatal"]
-_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                           KafkaError.INVALID_PRODUCER_EPOCH})  # fmt: skip
+_FENCED_CODES = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
 RETRY_BACKOFF_S = 0.5  # a coordinator moving or loading: give it a moment, not a busy loop
 
 
@@ -111,8 +112,10 @@ def call_transactional(
             if kind == "retriable" and attempt < attempts:
                 log.warning(
                     "transaction call retried operation=%s attempt=%d error=%s",
-                    operation, attempt, error,
-                )  # fmt: skip
+                    operation,
+                    attempt,
+                    error,
+                )
                 time.sleep(RETRY_BACKOFF_S * attempt)
                 continue
             failed = TransactionFailed(
@@ -170,8 +173,12 @@ _CAUSE_BY_TEXT: tuple[tuple[str, StartupCause], ...] = (  # lower case, checked 
     ("incorrect security.protocol", "security_protocol"),
     ("disconnected while requesting apiversion", "security_protocol"),
 )
-_CAUSE_ORDER: tuple[StartupCause, ...] = ("authentication", "tls", "security_protocol",
-                                          "unreachable")  # fmt: skip
+_CAUSE_ORDER: tuple[StartupCause, ...] = (
+    "authentication",
+    "tls",
+    "security_protocol",
+    "unreachable",
+)
 
 
 def classify_startup_errors(errors: Iterable[tuple[str, str]]) -> StartupCause | None:
@@ -234,8 +241,12 @@ def start_transactional(conf: dict[str, Any], timeout_s: float, *, bootstrap: st
     kafka = Producer({"error_cb": errors, **conf})
     transactional_id = conf["transactional.id"]
     try:
-        call_transactional("init_transactions", lambda: kafka.init_transactions(timeout_s),
-                           attempts=1, producer=transactional_id)  # fmt: skip
+        call_transactional(
+            "init_transactions",
+            lambda: kafka.init_transactions(timeout_s),
+            attempts=1,
+            producer=transactional_id,
+        )
     except TransactionFailed as exc:
         kafka.poll(0)  # serve the error callbacks queued meanwhile
         kafka.purge()

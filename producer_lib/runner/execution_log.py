@@ -67,8 +67,10 @@ class ExecutionRecord:
         except (TypeError, ValueError) as exc:
             raise ProduceError(
                 f"the delta pointer must be JSON-serialisable (str, int, float, bool, None, "
-                f"list, dict): {exc}", flow=self.function_name, dataflow=self.dataflow,
-            ) from exc  # fmt: skip
+                f"list, dict): {exc}",
+                flow=self.function_name,
+                dataflow=self.dataflow,
+            ) from exc
         return self.key.encode(), value.encode()
 
 
@@ -98,9 +100,12 @@ def read_latest(
         partitions = _partitions(consumer, topic, settings.connect_timeout_s)
         if not partitions:
             return None
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                  timeout=settings.connect_timeout_s)[1]
-                for p in partitions}  # fmt: skip
+        ends = {
+            p: consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=settings.connect_timeout_s
+            )[1]
+            for p in partitions
+        }
         todo = {p for p, end in ends.items() if end > 0}
         consumer.assign([TopicPartition(topic, p, 0) for p in todo])
         return _scan(consumer, topic, key.encode(), todo, ends, timeout_s, where)
@@ -111,17 +116,24 @@ def read_latest(
 
 
 def _scan(
-    consumer: Consumer, topic: str, key: bytes, todo: set[int], ends: dict[int, int],
-    timeout_s: float, where: Callable[[dict[str, Any]], bool] | None,
-) -> dict[str, Any] | None:  # fmt: skip
+    consumer: Consumer,
+    topic: str,
+    key: bytes,
+    todo: set[int],
+    ends: dict[int, int],
+    timeout_s: float,
+    where: Callable[[dict[str, Any]], bool] | None,
+) -> dict[str, Any] | None:
     latest: dict[str, Any] | None = None
     deadline = time.monotonic() + timeout_s
     while todo:
         if time.monotonic() > deadline:
             raise ProduceError(
                 f"{topic} could not be read to its end within {timeout_s:g} s (a transaction "
-                "is still open there); retry the run", topic=topic, partitions=sorted(todo),
-            )  # fmt: skip
+                "is still open there); retry the run",
+                topic=topic,
+                partitions=sorted(todo),
+            )
         msg = consumer.poll(_POLL_S)
         if msg is None:
             continue

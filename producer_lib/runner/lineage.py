@@ -139,8 +139,9 @@ class _Source:
         if self.reference is None:  # `read_parquet('x').a` is no valid SQL
             return exp.Column(this=column)
         parts = self.reference.copy().args
-        return exp.Column(this=column, table=parts["this"], db=parts.get("db"),
-                          catalog=parts.get("catalog"))  # fmt: skip
+        return exp.Column(
+            this=column, table=parts["this"], db=parts.get("db"), catalog=parts.get("catalog")
+        )
 
 
 @dataclass(frozen=True)
@@ -185,8 +186,11 @@ def _name_sources(
         named = isinstance(table.this, exp.Identifier)
         if named and not table.db and _normalize(table.this, dialect) in ctes:
             continue
-        name = (".".join(part.name for part in table.parts) if named
-                else table.this.sql(dialect, normalize_functions="lower"))  # fmt: skip
+        name = (
+            ".".join(part.name for part in table.parts)
+            if named
+            else table.this.sql(dialect, normalize_functions="lower")
+        )
         source_id = ids.setdefault(name.casefold(), _SOURCE_ID.format(len(ids)))
         if source_id not in sources:
             columns = {_normalize(c, dialect): c for c in _schema_of(schema, name)}
@@ -209,13 +213,17 @@ def _qualified_scope(
 ) -> Scope:
     mapping = {
         source_id: dict.fromkeys(source.columns, "UNKNOWN")  # types play no part here
-        for source_id, source in sources.items() if source.columns
-    }  # fmt: skip
+        for source_id, source in sources.items()
+        if source.columns
+    }
     try:
         qualified = qualify(
-            tree, dialect=dialect, schema=MappingSchema(mapping, dialect=dialect, normalize=False),
-            validate_qualify_columns=False, identify=False,
-        )  # fmt: skip
+            tree,
+            dialect=dialect,
+            schema=MappingSchema(mapping, dialect=dialect, normalize=False),
+            validate_qualify_columns=False,
+            identify=False,
+        )
         return traverse_scope(qualified)[-1]  # the root: a query always has one
     except SqlglotError as exc:
         message = f"Cannot resolve the columns of the SQL (give its tables' schema): {exc}"
@@ -235,8 +243,9 @@ def _plan(
         given = list(output_columns) if output_columns is not None else [None] * len(names)
         return [(given[i], name, i) for i, name in enumerate(names)]
     if output_columns is None:
-        raise LineageError("Cannot expand `*`: give the schema of its table or the output "
-                           "columns", target=target)  # fmt: skip
+        raise LineageError(
+            "Cannot expand `*`: give the schema of its table or the output columns", target=target
+        )
     return [(column, _normalize(column, dialect), None) for column in output_columns]
 
 
@@ -257,8 +266,11 @@ class _Tracer:
         if trace.copy:
             source_id, column = next(iter(trace.columns))
             same = column == name and len(trace.columns) == 1
-            target = given or (self.sources[source_id].column(column, self.written) if same
-                               else self.written.get(name, name))  # fmt: skip
+            target = given or (
+                self.sources[source_id].column(column, self.written)
+                if same
+                else self.written.get(name, name)
+            )
             return ColumnLineage(target, sources, "copy")
         target = given or self.written.get(name, name)
         return ColumnLineage(target, sources, "expression", self.render(trace.expression))
@@ -319,8 +331,9 @@ class _Tracer:
         inner = select.unalias()
         traces = {
             (column.table, column.name): self._column(scope, column)
-            for column in find_all_in_scope(inner, exp.Column) if not column.is_star
-        }  # fmt: skip
+            for column in find_all_in_scope(inner, exp.Column)
+            if not column.is_star
+        }
         if isinstance(inner, exp.Column) and len(traces) == 1:
             return next(iter(traces.values()))  # passed through: a copy stays a copy
         nested = self._nested(scope, inner)
@@ -357,8 +370,9 @@ class _Tracer:
             if column.table in outer.sources:
                 return outer.sources[column.table]
             outer = outer.parent
-        raise LineageError(f"Unknown table {column.table!r} for column {column.name!r}",
-                           target=self.target)  # fmt: skip
+        raise LineageError(
+            f"Unknown table {column.table!r} for column {column.name!r}", target=self.target
+        )
 
     def _aliases(self, scope: Scope) -> list[str]:
         return sorted(self.written.get(alias, alias) for alias in scope.sources)
@@ -366,18 +380,27 @@ class _Tracer:
     def _base_column(self, source_id: str, column: str) -> _Trace:
         source = self.sources[source_id]
         if source.columns and column not in source.columns:
-            raise LineageError(f"Column {column!r} is not in the schema of {source.name}",
-                               target=self.target, table=source.name)  # fmt: skip
+            raise LineageError(
+                f"Column {column!r} is not in the schema of {source.name}",
+                target=self.target,
+                table=source.name,
+            )
         return _Trace(frozenset({(source_id, column)}), True, exp.column(column, source_id))
 
     def _star(self, scope: Scope, name: str) -> _Trace:
         """Trace ``name`` through a ``*`` that had no schema to expand it."""
         stars = [select for select in scope.expression.selects if select.is_star]
         if not stars:
-            raise LineageError(f"No column {name!r} in the SQL", target=self.target,
-                               column=self.written.get(name, name))  # fmt: skip
-        aliases = {star.table if isinstance(star, exp.Column) and star.table else alias
-                   for star in stars for alias in scope.sources}  # fmt: skip
+            raise LineageError(
+                f"No column {name!r} in the SQL",
+                target=self.target,
+                column=self.written.get(name, name),
+            )
+        aliases = {
+            star.table if isinstance(star, exp.Column) and star.table else alias
+            for star in stars
+            for alias in scope.sources
+        }
         if len(aliases) != 1:
             message = f"Cannot expand `*` over {self._aliases(scope)}: give their schema"
             raise LineageError(message, target=self.target)

@@ -27,8 +27,13 @@ def lineage_records(
         if load is None or load.dialect is None:
             continue
         try:
-            lineage = derive_lineage(load.sql, table, schema=load.source_schema or None,
-                                     output_columns=load.columns, dialect=load.dialect)  # fmt: skip
+            lineage = derive_lineage(
+                load.sql,
+                table,
+                schema=load.source_schema or None,
+                output_columns=load.columns,
+                dialect=load.dialect,
+            )
         except LineageError as exc:
             logger.warning("no lineage table=%s error=%s", table, exc)
             continue

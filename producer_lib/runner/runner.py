@@ -164,8 +164,10 @@ class FunctionRunner:
     def _run(self) -> _Run:
         run = _current.get(None)
         if run is None:
-            raise ProducerLibError("no run in progress: this is only valid inside "
-                                   "initial_load/delta_load", flow=self.function_name)  # fmt: skip
+            raise ProducerLibError(
+                "no run in progress: this is only valid inside initial_load/delta_load",
+                flow=self.function_name,
+            )
         return run
 
     # -- building producer and reader -------------------------------------------------------
@@ -181,8 +183,9 @@ class FunctionRunner:
             settings = settings or KafkaSettings()
         except ConfigError as exc:
             raise ConfigError(exc.message, **{**exc.context, "flow": self.function_name}) from None
-        return KafkaProducer(self.source_system, self.function_name, self.zone, environment,
-                             settings, self.logger)  # fmt: skip
+        return KafkaProducer(
+            self.source_system, self.function_name, self.zone, environment, settings, self.logger
+        )
 
     def create_reader(self) -> SourceAdapter:
         """A reader for this flow: ``reader_class(logger)``."""
@@ -191,9 +194,11 @@ class FunctionRunner:
     # -- triggers -------------------------------------------------------------------------
 
     async def http(
-        self, req: Any, producer: KafkaProducer | None = None,
+        self,
+        req: Any,
+        producer: KafkaProducer | None = None,
         reader: SourceAdapter | None = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """Serve an Azure Functions HTTP request (``azure.functions.HttpRequest``).
 
         Parameters ``load``, ``dataflow``, ``partition`` come from the query string or a
@@ -248,9 +253,13 @@ class FunctionRunner:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _run_load(
-        self, load: LoadRequest, producer: KafkaProducer, reader: SourceAdapter,
-        dataflow: str, partition: str,
-    ) -> RunResult:  # fmt: skip
+        self,
+        load: LoadRequest,
+        producer: KafkaProducer,
+        reader: SourceAdapter,
+        dataflow: str,
+        partition: str,
+    ) -> RunResult:
         run = self._start(load, producer, reader, dataflow, partition)
         token = _current.set(run)
         hook = self._commit_hook(run, producer)
@@ -263,8 +272,10 @@ class FunctionRunner:
                 producer.remove_commit_hook(hook)
             producer.check_usable()  # a produce error the load caught fails the run
             if producer.has_open_transaction:
-                raise ProduceError("the load produced rows but did not commit them; call "
-                                   "producer.commit() at its end (they were aborted)")  # fmt: skip
+                raise ProduceError(
+                    "the load produced rows but did not commit them; call "
+                    "producer.commit() at its end (they were aborted)"
+                )
             if not run.commit_ids or run.staged_pointer != run.committed_pointer:
                 self._log_record(producer, run, "COMPLETED", pointer=run.staged_pointer)
             return self._result(run, "COMPLETED")
@@ -274,9 +285,13 @@ class FunctionRunner:
             _current.reset(token)
 
     def _start(
-        self, requested: LoadRequest, producer: KafkaProducer, reader: SourceAdapter,
-        dataflow: str, partition: str,
-    ) -> _Run:  # fmt: skip
+        self,
+        requested: LoadRequest,
+        producer: KafkaProducer,
+        reader: SourceAdapter,
+        dataflow: str,
+        partition: str,
+    ) -> _Run:
         key = log_key(self.function_name, dataflow, partition)
         latest = read_latest(producer.settings, EXECUTION_LOG_TOPIC, key)
         pointer = latest.get("delta_pointer") if latest else None
@@ -284,15 +299,26 @@ class FunctionRunner:
         if requested == "auto" and pointer is None:  # nothing yet for a delta to follow
             load = "initial"
         record = ExecutionRecord(
-            run_id=str(uuid.uuid4()), function_name=self.function_name, dataflow=dataflow,
-            partition=partition, status="STARTED", load=load, started_at=_now(),
+            run_id=str(uuid.uuid4()),
+            function_name=self.function_name,
+            dataflow=dataflow,
+            partition=partition,
+            status="STARTED",
+            load=load,
+            started_at=_now(),
             delta_pointer=pointer,
-        )  # fmt: skip
+        )
         run = _Run(record, committed_pointer=pointer, staged_pointer=pointer, reader=reader)
         self._log_record(producer, run, "STARTED", pointer=pointer)
-        self.logger.info("run started flow=%s dataflow=%s partition=%s load=%s run_id=%s "
-                         "delta_pointer=%r", self.function_name, dataflow, partition, load,
-                         record.run_id, pointer)  # fmt: skip
+        self.logger.info(
+            "run started flow=%s dataflow=%s partition=%s load=%s run_id=%s delta_pointer=%r",
+            self.function_name,
+            dataflow,
+            partition,
+            load,
+            record.run_id,
+            pointer,
+        )
         return run
 
     def _commit_hook(self, run: _Run, producer: KafkaProducer) -> Any:
@@ -302,9 +328,12 @@ class FunctionRunner:
             rows = {t: run.rows.get(t, 0) + n for t, n in pending.rows.items()}
             for key, value in lineage_records(run.reader, pending, self.logger):
                 producer.produce_system_record(LINEAGE_TOPIC, key, value)
-            record = replace(self._record(run, "COMPLETED", pointer=run.staged_pointer,
-                                          commit_id=pending.commit_id),
-                             rows={**run.rows, **rows})  # fmt: skip
+            record = replace(
+                self._record(
+                    run, "COMPLETED", pointer=run.staged_pointer, commit_id=pending.commit_id
+                ),
+                rows={**run.rows, **rows},
+            )
             producer.produce_system_record(EXECUTION_LOG_TOPIC, *record.encode())
             pointer = run.staged_pointer
             pending.after_commit(lambda: _committed(run, rows, pending, pointer))
@@ -315,8 +344,14 @@ class FunctionRunner:
         finished = None if status == "STARTED" else _now()
         commit_id = run.commit_ids[-1] if run.commit_ids else None
         fields = {"commit_id": commit_id, **extra}
-        return replace(run.record, status=status, finished_at=finished, rows=dict(run.rows),
-                       delta_pointer=pointer, **fields)  # fmt: skip
+        return replace(
+            run.record,
+            status=status,
+            finished_at=finished,
+            rows=dict(run.rows),
+            delta_pointer=pointer,
+            **fields,
+        )
 
     def _log_record(self, producer: KafkaProducer, run: _Run, status: str, **kw: Any) -> None:
         """Write one execution-log record in its own transaction."""
@@ -328,14 +363,24 @@ class FunctionRunner:
 
     async def _failed(self, producer: KafkaProducer, run: _Run, exc: BaseException) -> RunFailed:
         error = f"{type(exc).__name__}: {exc}"
-        self.logger.error("run failed flow=%s dataflow=%s partition=%s run_id=%s error=%s",
-                          self.function_name, run.record.dataflow, run.record.partition,
-                          run.record.run_id, error)  # fmt: skip
+        self.logger.error(
+            "run failed flow=%s dataflow=%s partition=%s run_id=%s error=%s",
+            self.function_name,
+            run.record.dataflow,
+            run.record.partition,
+            run.record.run_id,
+            error,
+        )
         await self._log_failed(producer, run, error)
         result = self._result(run, "FAILED", error=error)
-        return RunFailed(f"run failed: {error}", result, flow=self.function_name,
-                         dataflow=run.record.dataflow, partition=run.record.partition,
-                         run_id=run.record.run_id)  # fmt: skip
+        return RunFailed(
+            f"run failed: {error}",
+            result,
+            flow=self.function_name,
+            dataflow=run.record.dataflow,
+            partition=run.record.partition,
+            run_id=run.record.run_id,
+        )
 
     async def _log_failed(self, producer: KafkaProducer, run: _Run, error: str) -> None:
         """Abort, then write the FAILED record; retried for ``connect_timeout_s`` more.
@@ -348,33 +393,54 @@ class FunctionRunner:
         while True:
             try:
                 producer.abort()
-                self._log_record(producer, run, "FAILED", pointer=run.committed_pointer,
-                                 error=error)  # fmt: skip
+                self._log_record(
+                    producer, run, "FAILED", pointer=run.committed_pointer, error=error
+                )
                 return
             except ProducerLibError as log_exc:
                 if time.monotonic() >= deadline or not producer.is_open:
-                    self.logger.error("FAILED record not written flow=%s run_id=%s error=%s",
-                                      self.function_name, run.record.run_id, log_exc)  # fmt: skip
+                    self.logger.error(
+                        "FAILED record not written flow=%s run_id=%s error=%s",
+                        self.function_name,
+                        run.record.run_id,
+                        log_exc,
+                    )
                     return
-                self.logger.warning("FAILED record not written yet, retrying flow=%s "
-                                    "run_id=%s error=%s", self.function_name,
-                                    run.record.run_id, log_exc)  # fmt: skip
+                self.logger.warning(
+                    "FAILED record not written yet, retrying flow=%s run_id=%s error=%s",
+                    self.function_name,
+                    run.record.run_id,
+                    log_exc,
+                )
                 await asyncio.sleep(_FAILED_RECORD_PAUSE_S)
 
     def _result(self, run: _Run, status: str, error: str | None = None) -> RunResult:
         record = run.record
         duration = round(time.monotonic() - run.clock, 3)
         result = RunResult(
-            run_id=record.run_id, function_name=self.function_name, dataflow=record.dataflow,
-            partition=record.partition, load=record.load, status=status, rows=dict(run.rows),
-            duration_s=duration, commit_id=run.commit_ids[-1] if run.commit_ids else None,
-            commit_ids=tuple(run.commit_ids), delta_pointer=run.committed_pointer, error=error,
+            run_id=record.run_id,
+            function_name=self.function_name,
+            dataflow=record.dataflow,
+            partition=record.partition,
+            load=record.load,
+            status=status,
+            rows=dict(run.rows),
+            duration_s=duration,
+            commit_id=run.commit_ids[-1] if run.commit_ids else None,
+            commit_ids=tuple(run.commit_ids),
+            delta_pointer=run.committed_pointer,
+            error=error,
             truncated={table: dict(columns) for table, columns in run.truncated.items()},
-        )  # fmt: skip
+        )
         if status == "COMPLETED":
-            self.logger.info("run completed flow=%s run_id=%s rows=%s duration_s=%.3f "
-                             "delta_pointer=%r", self.function_name, record.run_id, run.rows,
-                             duration, run.committed_pointer)  # fmt: skip
+            self.logger.info(
+                "run completed flow=%s run_id=%s rows=%s duration_s=%.3f delta_pointer=%r",
+                self.function_name,
+                record.run_id,
+                run.rows,
+                duration,
+                run.committed_pointer,
+            )
         return result
 
 
@@ -390,12 +456,15 @@ def _committed(run: _Run, rows: dict[str, int], pending: PendingCommit, pointer:
 
 def _check_run_args(function_name: str, load: str, dataflow: str, partition: str) -> LoadRequest:
     if load not in get_args(LoadRequest):
-        raise ConfigError(f"load must be one of {', '.join(get_args(LoadRequest))}, not {load!r}",
-                          flow=function_name)  # fmt: skip
+        raise ConfigError(
+            f"load must be one of {', '.join(get_args(LoadRequest))}, not {load!r}",
+            flow=function_name,
+        )
     for name, value in (("dataflow", dataflow), ("partition", partition)):
         if not value or "|" in value or len(value) > 200:
-            raise ConfigError(f"{name} must be 1-200 characters without '|'",
-                              flow=function_name, **{name: value})  # fmt: skip
+            raise ConfigError(
+                f"{name} must be 1-200 characters without '|'", flow=function_name, **{name: value}
+            )
     return load  # type: ignore[return-value]
 
 

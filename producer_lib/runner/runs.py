@@ -124,9 +124,14 @@ class TrackedRun:
             error = f"{type(exc).__name__}: {exc}"
         else:
             return self.task.result()
-        body = {"run_id": self._run_id, "function_name": self.function_name,
-                "dataflow": self.dataflow, "partition": self.partition, "status": "FAILED",
-                "error": error}  # fmt: skip
+        body = {
+            "run_id": self._run_id,
+            "function_name": self.function_name,
+            "dataflow": self.dataflow,
+            "partition": self.partition,
+            "status": "FAILED",
+            "error": error,
+        }
         return 500, body
 
     def hold(self, *resources: Any) -> None:
@@ -154,9 +159,12 @@ class RunRegistry:
         self._keep = keep_finished
 
     def start(
-        self, runner: FunctionRunner, request: RunRequest, producer: KafkaProducer | None,
+        self,
+        runner: FunctionRunner,
+        request: RunRequest,
+        producer: KafkaProducer | None,
         reader: SourceAdapter | None,
-    ) -> TrackedRun:  # fmt: skip
+    ) -> TrackedRun:
         """Start ``request`` as a task of the running loop and track it."""
         from producer_lib.runner.triggers import execute
 
@@ -177,9 +185,13 @@ class RunRegistry:
 
     def _finish(self, tracked: TrackedRun) -> None:
         if not tracked.task.cancelled() and (exc := tracked.task.exception()) is not None:
-            tracked.runner.logger.error("run crashed flow=%s dataflow=%s partition=%s",
-                                        tracked.function_name, tracked.dataflow,
-                                        tracked.partition, exc_info=exc)  # fmt: skip
+            tracked.runner.logger.error(
+                "run crashed flow=%s dataflow=%s partition=%s",
+                tracked.function_name,
+                tracked.dataflow,
+                tracked.partition,
+                exc_info=exc,
+            )
         if tracked not in self._active:  # forgotten already
             return
         self._active.remove(tracked)
@@ -234,9 +246,12 @@ def status_url(run_url: str, run_id: str, function_name: str, dataflow: str, par
 
 
 async def answer_run(
-    runner: FunctionRunner, request: RunRequest, run_url: str,
-    producer: KafkaProducer | None = None, reader: SourceAdapter | None = None,
-) -> Answer:  # fmt: skip
+    runner: FunctionRunner,
+    request: RunRequest,
+    run_url: str,
+    producer: KafkaProducer | None = None,
+    reader: SourceAdapter | None = None,
+) -> Answer:
     """Run ``request`` and answer within ``FLOW_HTTP_WAIT_S``: its result, or 202 to poll.
 
     A second request for a (function, dataflow, partition) that runs here already is refused
@@ -250,11 +265,15 @@ async def answer_run(
         return 503, _rejected(runner, str(exc)), {}
     running = REGISTRY.active(runner.function_name, request.dataflow, request.partition)
     if running is not None and not (producer is not None and producer.is_open):
-        body = _rejected(runner, f"a run of dataflow={request.dataflow} partition="
-                                 f"{request.partition} is already in progress")  # fmt: skip
+        body = _rejected(
+            runner,
+            f"a run of dataflow={request.dataflow} partition="
+            f"{request.partition} is already in progress",
+        )
         if running.run_id is not None:
-            url = status_url(run_url, running.run_id, runner.function_name, running.dataflow,
-                             running.partition)  # fmt: skip
+            url = status_url(
+                run_url, running.run_id, runner.function_name, running.dataflow, running.partition
+            )
             body.update(run_id=running.run_id, status_url=url)
         return 409, body, {}
     tracked = REGISTRY.start(runner, request, producer, reader)
@@ -278,17 +297,26 @@ def _accepted(tracked: TrackedRun, run_url: str) -> Answer:
     url = status_url(run_url, run_id, tracked.function_name, tracked.dataflow, tracked.partition)
     tracked.runner.logger.info(
         "run goes on after the HTTP answer flow=%s dataflow=%s partition=%s run_id=%s "
-        "status_url=%s", tracked.function_name, tracked.dataflow, tracked.partition, run_id,
+        "status_url=%s",
+        tracked.function_name,
+        tracked.dataflow,
+        tracked.partition,
+        run_id,
         url.split("?", 1)[0],
-    )  # fmt: skip
+    )
     body = {**_running(tracked), "status_url": url}
     return 202, body, {"Location": url}
 
 
 def _running(tracked: TrackedRun) -> dict[str, Any]:
-    return {"run_id": tracked.run_id, "function_name": tracked.function_name,
-            "dataflow": tracked.dataflow, "partition": tracked.partition, "status": "RUNNING",
-            "running_s": round(time.monotonic() - tracked.started, 3)}  # fmt: skip
+    return {
+        "run_id": tracked.run_id,
+        "function_name": tracked.function_name,
+        "dataflow": tracked.dataflow,
+        "partition": tracked.partition,
+        "status": "RUNNING",
+        "running_s": round(time.monotonic() - tracked.started, 3),
+    }
 
 
 def _rejected(runner: FunctionRunner, error: str) -> dict[str, Any]:
@@ -310,18 +338,26 @@ async def run_status(run_id: str, query: Mapping[str, str]) -> tuple[int, dict[s
         return 200, tracked.outcome()[1]
     names = [query.get(name, "") for name in ("function", "dataflow", "partition")]
     if not all(names) or any("|" in name for name in names):
-        return 404, {"run_id": run_id, "status": "UNKNOWN", "error": "this process does not know "
-                     "the run; give function, dataflow and partition (as in the status URL) "
-                     "to look it up on _execution_log"}  # fmt: skip
+        return 404, {
+            "run_id": run_id,
+            "status": "UNKNOWN",
+            "error": "this process does not know "
+            "the run; give function, dataflow and partition (as in the status URL) "
+            "to look it up on _execution_log",
+        }
     try:
         settings = KafkaSettings()  # type: ignore[call-arg]  # from the environment
         record = await asyncio.to_thread(read_run_record, settings, log_key(*names), run_id)
     except (ConfigError, ProduceError) as exc:
         return 503, {"run_id": run_id, "status": "UNKNOWN", "error": str(exc)}
     if record is None:
-        return 404, {"run_id": run_id, "status": "UNKNOWN", "error": "no run with this id on "
-                     f"_execution_log for function={names[0]} dataflow={names[1]} "
-                     f"partition={names[2]}"}  # fmt: skip
+        return 404, {
+            "run_id": run_id,
+            "status": "UNKNOWN",
+            "error": "no run with this id on "
+            f"_execution_log for function={names[0]} dataflow={names[1]} "
+            f"partition={names[2]}",
+        }
     return 200, {**record, "source": "execution_log"}
 
 
@@ -333,8 +369,13 @@ def read_run_record(
     Raises:
         ProduceError: The topic cannot be read to its end within ``timeout_s``.
     """
-    return read_latest(settings, EXECUTION_LOG_TOPIC, key, timeout_s,
-                       where=lambda record: record.get("run_id") == run_id)  # fmt: skip
+    return read_latest(
+        settings,
+        EXECUTION_LOG_TOPIC,
+        key,
+        timeout_s,
+        where=lambda record: record.get("run_id") == run_id,
+    )
 
 
 async def azure_run_status(req: func.HttpRequest) -> func.HttpResponse:
@@ -350,5 +391,6 @@ async def azure_run_status(req: func.HttpRequest) -> func.HttpResponse:
 
     run_id = req.route_params.get("run_id", "")
     status, body = await run_status(run_id, req.params)
-    return func.HttpResponse(json.dumps(body, default=str), status_code=status,
-                             mimetype="application/json")  # fmt: skip
+    return func.HttpResponse(
+        json.dumps(body, default=str), status_code=status, mimetype="application/json"
+    )

@@ -40,14 +40,16 @@ def build_app(runner: FunctionRunner) -> web.Application:
     """The aiohttp application serving ``runner``."""
 
     async def health(_: web.Request) -> web.Response:
-        running = sorted((t.dataflow, t.partition, t.run_id or "")
-                         for t in REGISTRY.running(runner.function_name))  # fmt: skip
+        running = sorted(
+            (t.dataflow, t.partition, t.run_id or "")
+            for t in REGISTRY.running(runner.function_name)
+        )
         body: dict[str, Any] = {
             "status": "ok",
             "function_name": runner.function_name,
             "running": [
                 {"dataflow": d, "partition": p, "run_id": r or None} for d, p, r in running
-            ],  # fmt: skip
+            ],
         }
         problem = settings_problem()
         if problem is not None:
@@ -97,8 +99,9 @@ def settings_problem() -> str | None:
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(body, status=status, headers=headers,
-                             dumps=lambda o: json.dumps(o, default=str))  # fmt: skip
+    return web.json_response(
+        body, status=status, headers=headers, dumps=lambda o: json.dumps(o, default=str)
+    )
 
 
 def serve(runner: FunctionRunner, host: str = "0.0.0.0", port: int = 8080) -> None:

@@ -107,29 +107,33 @@ def response_for(
     if isinstance(outcome, RunFailed):
         return status_for(outcome), outcome.result.to_json()
     if isinstance(outcome, BaseException):
-        body = {"function_name": runner.function_name, "status": "REJECTED",
-                "error": str(outcome)}  # fmt: skip
+        body = {"function_name": runner.function_name, "status": "REJECTED", "error": str(outcome)}
         return status_for(outcome), body
     return 200, outcome.to_json()
 
 
 async def execute(
-    runner: FunctionRunner, request: RunRequest, producer: KafkaProducer | None = None,
+    runner: FunctionRunner,
+    request: RunRequest,
+    producer: KafkaProducer | None = None,
     reader: SourceAdapter | None = None,
-) -> tuple[int, dict[str, Any]]:  # fmt: skip
+) -> tuple[int, dict[str, Any]]:
     """Run ``request`` and return its status code and body (never raises a run error)."""
     try:
-        result = await runner.run(request.load, producer, reader, dataflow=request.dataflow,
-                                  partition=request.partition)  # fmt: skip
+        result = await runner.run(
+            request.load, producer, reader, dataflow=request.dataflow, partition=request.partition
+        )
     except ProducerLibError as exc:
         return response_for(runner, exc)
     return response_for(runner, result)
 
 
 async def azure_http(
-    runner: FunctionRunner, req: func.HttpRequest, producer: KafkaProducer | None,
+    runner: FunctionRunner,
+    req: func.HttpRequest,
+    producer: KafkaProducer | None,
     reader: SourceAdapter | None,
-) -> func.HttpResponse:  # fmt: skip
+) -> func.HttpResponse:
     """Serve an Azure Functions HTTP request with ``runner`` (see the module docstring).
 
     A run still going after ``FLOW_HTTP_WAIT_S`` answers 202 and goes on, holding
@@ -143,17 +147,25 @@ async def azure_http(
     try:
         body = req.get_json() if req.get_body() else None
     except ValueError:
-        status, payload = 400, {"function_name": runner.function_name, "status": "REJECTED",
-                                "error": "the body is not valid JSON"}  # fmt: skip
+        status, payload = (
+            400,
+            {
+                "function_name": runner.function_name,
+                "status": "REJECTED",
+                "error": "the body is not valid JSON",
+            },
+        )
     else:
         try:
             request = parse_run_request(runner.function_name, req.params, body)
         except ConfigError as exc:
             status, payload = response_for(runner, exc)
         else:
-            status, payload, headers = await answer_run(runner, request, req.url, producer,
-                                                        reader)  # fmt: skip
-            return func.HttpResponse(json.dumps(payload, default=str), status_code=status,
-                                     headers=headers, mimetype="application/json")  # fmt: skip
-    return func.HttpResponse(json.dumps(payload), status_code=status,
-                             mimetype="application/json")  # fmt: skip
+            status, payload, headers = await answer_run(runner, request, req.url, producer, reader)
+            return func.HttpResponse(
+                json.dumps(payload, default=str),
+                status_code=status,
+                headers=headers,
+                mimetype="application/json",
+            )
+    return func.HttpResponse(json.dumps(payload), status_code=status, mimetype="application/json")

@@ -198,8 +198,7 @@ def _avro_value_converter(arrow_type: pa.DataType) -> Any:
     """
     if pa.types.is_map(arrow_type):
         item = _avro_value_converter(arrow_type.item_type)
-        return lambda v: None if v is None else {
-            k: (item(x) if item else x) for k, x in v}  # fmt: skip
+        return lambda v: None if v is None else {k: (item(x) if item else x) for k, x in v}
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         inner = _avro_value_converter(arrow_type.value_type)
         return None if inner is None else (lambda v: None if v is None else [inner(x) for x in v])
@@ -207,8 +206,9 @@ def _avro_value_converter(arrow_type: pa.DataType) -> Any:
         fields = {f.name: _avro_value_converter(f.type) for f in arrow_type}
         if not any(fields.values()):
             return None
-        return lambda v: None if v is None else {
-            k: (fields[k](x) if fields.get(k) else x) for k, x in v.items()}  # fmt: skip
+        return lambda v: (
+            None if v is None else {k: (fields[k](x) if fields.get(k) else x) for k, x in v.items()}
+        )
     return None
 
 

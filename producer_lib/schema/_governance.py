@@ -17,9 +17,14 @@ from producer_lib.errors import SchemaError
 
 CLASSIFICATION = "dataClassification"
 GOVERNANCE_PROPERTIES = (
-    "dataProductOwnerEmail", "repoUrl", "sourceSystemUri", "ticketsUrl", "retentionPeriod",
-    "deletionPolicy", CLASSIFICATION,
-)  # fmt: skip
+    "dataProductOwnerEmail",
+    "repoUrl",
+    "sourceSystemUri",
+    "ticketsUrl",
+    "retentionPeriod",
+    "deletionPolicy",
+    CLASSIFICATION,
+)
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
 _ISO_DURATION = re.compile(r"P(?!$)(\d+Y)?(\d+M)?(\d+W)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+S)?)?")
@@ -70,7 +75,7 @@ class GovernanceMixin:
                 "Retention must be a positive number of whole days",
                 period=period,
             )
-            period = period.days  # fmt: skip
+            period = period.days
         if isinstance(period, int) and not isinstance(period, bool):
             self._check(period > 0, "Retention must be positive", period=period)
             period = f"P{period}D"
@@ -85,8 +90,11 @@ class GovernanceMixin:
 
     def set_data_classification(self, column: str | None, classification: str) -> None:
         """Classify a column, or with ``column=None`` the whole table (``dataClassification``)."""
-        self._check(isinstance(classification, str) and classification.strip(),
-                    "Empty data classification", column=column)  # fmt: skip
+        self._check(
+            isinstance(classification, str) and classification.strip(),
+            "Empty data classification",
+            column=column,
+        )
         if column is None:
             self._governance[CLASSIFICATION] = classification
         else:

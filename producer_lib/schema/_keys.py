@@ -95,8 +95,9 @@ class KeysMixin:
         added: list[str] = []
         for column in columns:
             if column in current or column in added:
-                raise SchemaError("Column is already in the primary key", table=self.name,
-                                  column=column)  # fmt: skip
+                raise SchemaError(
+                    "Column is already in the primary key", table=self.name, column=column
+                )
             added.append(column)
         return added
 
@@ -136,8 +137,12 @@ class KeysMixin:
         for column in cols:
             self.field(column)
         if not cols or len(cols) != len(refs) or not ref_table:
-            raise SchemaError("A foreign key needs as many columns as referenced columns",
-                              table=self.name, columns=cols, ref_columns=refs)  # fmt: skip
+            raise SchemaError(
+                "A foreign key needs as many columns as referenced columns",
+                table=self.name,
+                columns=cols,
+                ref_columns=refs,
+            )
         fk = ForeignKey(cols, ref_namespace, ref_table, refs)
         if fk not in self._fks:
             self._fks.append(fk)

@@ -80,8 +80,9 @@ class _Parser:
         self.pos = 0
 
     def fail(self, what: str) -> SchemaError:
-        return SchemaError(f"Cannot parse DuckDB type: {what}", duckdb_type=self.text,
-                           position=self.pos)  # fmt: skip
+        return SchemaError(
+            f"Cannot parse DuckDB type: {what}", duckdb_type=self.text, position=self.pos
+        )
 
     def skip(self, token: str | None = None) -> bool:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
@@ -182,8 +183,9 @@ def _map(duck: DuckType, path: Path) -> AvroType:
     if key.name != "VARCHAR":
         raise SchemaError(
             "Avro map keys are strings: cast the map in SQL, e.g. CAST(col AS MAP(VARCHAR, V))",
-            column=".".join(path), duckdb_type=key.name,
-        )  # fmt: skip
+            column=".".join(path),
+            duckdb_type=key.name,
+        )
     return AvroMap(_convert(value, path), values_nullable=True)
 
 
@@ -238,8 +240,9 @@ def _convert(duck: DuckType, path: Path) -> AvroType:
     if rule is None:
         raise SchemaError(
             "Unsupported DuckDB type: cast the column in SQL (e.g. to VARCHAR)",
-            column=".".join(path), duckdb_type=duck.name,
-        )  # fmt: skip
+            column=".".join(path),
+            duckdb_type=duck.name,
+        )
     return rule(duck, path)
 
 
@@ -257,8 +260,9 @@ def avro_type_from_duckdb(type_string: str, column: str = "value", table: str = 
     try:
         return _convert(parse_duckdb_type(type_string), (table, column) if table else (column,))
     except SchemaError as exc:
-        raise SchemaError(exc.message, **{**exc.context, "column": column,
-                                          "duckdb_type": type_string}) from exc  # fmt: skip
+        raise SchemaError(
+            exc.message, **{**exc.context, "column": column, "duckdb_type": type_string}
+        ) from exc
 
 
 def value_schema_from_describe(
@@ -281,8 +285,9 @@ def value_schema_from_describe(
         column, type_string, nullable = row[0], row[1], row[2]
         if isinstance(nullable, str):
             nullable = nullable.upper() != "NO"
-        schema.add_field(column, avro_type_from_duckdb(type_string, column, name), None,
-                         bool(nullable))  # fmt: skip
+        schema.add_field(
+            column, avro_type_from_duckdb(type_string, column, name), None, bool(nullable)
+        )
         if len(row) > 3 and row[3] == "PRI":
             schema.add_primary_key(column)
     return schema

@@ -64,9 +64,16 @@ def _scope_text(value: Any) -> str | None:
 # field among them). Such fields get a neutral value of their type; the writer never reads the
 # payload of a TRUNCATE, only `__truncate` and `__change_time`.
 _PLACEHOLDER_BY_BASE: dict[str, Any] = {
-    "boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0, "string": "",
-    "bytes": b"", "array": [], "map": {},
-}  # fmt: skip
+    "boolean": False,
+    "int": 0,
+    "long": 0,
+    "float": 0.0,
+    "double": 0.0,
+    "string": "",
+    "bytes": b"",
+    "array": [],
+    "map": {},
+}
 _PLACEHOLDER_BY_LOGICAL: dict[str, Any] = {
     "decimal": Decimal(0),
     "date": date(1970, 1, 1),
@@ -117,10 +124,11 @@ def create_truncate_row(schema: ValueSchema, scope: Mapping[str, Any] | None) ->
     """
     keys = set(schema.pks)  # key fields are never null on the wire, nullable or not here
     row: dict[str, Any] = {
-        name: None if field.nullable and name not in keys
+        name: None
+        if field.nullable and name not in keys
         else placeholder_value(field.type.to_avro())
         for name, field in schema.fields.items()
-    }  # fmt: skip
+    }
     for column in scope or {}:
         schema.field(column)
     row["__change_type"] = RowType.TRUNCATE.value

@@ -315,7 +315,7 @@ _SIMPLE: dict[type[AvroType], tuple[AvroJson, pa.DataType, str, str]] = {
     AvroTimeMicros: (_logical("long", "time-micros"), pa.time64("us"), "TIME", "BIGINT"),
     AvroTimestamp: (_logical("long", "timestamp-millis"), _UTC_MS, _TSTZ, "TIMESTAMP"),
     AvroTimestampMicros: (_logical("long", "timestamp-micros"), _UTC_US, _TSTZ, "TIMESTAMP"),
-}  # fmt: skip
+}
 
 
 def _simple_avro(avro_type: AvroType) -> AvroJson:
@@ -345,14 +345,17 @@ def _text_avro(logical_type: str, text: _TextWithLength) -> dict[str, Any]:
 _TO_AVRO: dict[type[AvroType], Callable[[Any], AvroJson]] = {
     **{cls: _simple_avro for cls in _SIMPLE},
     AvroDecimal: lambda t: {
-        "type": "bytes", "logicalType": "decimal", "precision": t.precision, "scale": t.scale
+        "type": "bytes",
+        "logicalType": "decimal",
+        "precision": t.precision,
+        "scale": t.scale,
     },
     AvroVarchar: lambda t: _text_avro("VARCHAR", t),
     AvroNVarchar: lambda t: _text_avro("NVARCHAR", t),
     AvroArray: lambda t: {"type": "array", "items": _maybe_null(t.items, t.items_nullable)},
     AvroMap: lambda t: {"type": "map", "values": _maybe_null(t.values, t.values_nullable)},
     AvroRecord: _record_avro,
-}  # fmt: skip
+}
 
 
 def _record_pyarrow(record: AvroRecord) -> pa.DataType:

@@ -159,15 +159,18 @@ class ValueSchema(KeysMixin, GovernanceMixin):
         if not name or name.startswith("__"):
             raise SchemaError(
                 "Column names must be non-empty and not start with '__' (technical fields)",
-                table=self.name, column=name,
-            )  # fmt: skip
+                table=self.name,
+                column=name,
+            )
         new = AvroField(name, avro_type, nullable, doc)
         for folded, key in ((self._folded, name), (self._folded_avro, new.avro_name)):
             if key.casefold() in folded:
                 raise SchemaError(
                     "Duplicate column (Spark and Delta compare names case-insensitively)",
-                    table=self.name, column=name, clashes_with=folded[key.casefold()],
-                )  # fmt: skip
+                    table=self.name,
+                    column=name,
+                    clashes_with=folded[key.casefold()],
+                )
         self._folded[name.casefold()] = name
         self._folded_avro[new.avro_name.casefold()] = name
         self._fields[name] = new
@@ -217,8 +220,9 @@ class ValueSchema(KeysMixin, GovernanceMixin):
             schema["truncateText"] = True
         if self._fks:
             schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
-        schema.update({key: self._governance[key] for key in GOVERNANCE_PROPERTIES
-                       if key in self._governance})  # fmt: skip
+        schema.update(
+            {key: self._governance[key] for key in GOVERNANCE_PROPERTIES if key in self._governance}
+        )
         schema.update(self.properties)
         schema["fields"] = self._payload_avro() + [f.to_avro() for f in TECHNICAL_FIELDS]
         return schema
@@ -275,8 +279,9 @@ class ValueSchema(KeysMixin, GovernanceMixin):
         self.set_primary_keys(*raw.get("primaryKeys", ()))
         self.truncate_text = raw.get("truncateText") is True
         for fk in raw.get("foreignKeys", ()):
-            self.add_foreign_key(fk["columns"], fk["refNamespace"], fk["refTable"],
-                                 fk["refColumns"])  # fmt: skip
+            self.add_foreign_key(
+                fk["columns"], fk["refNamespace"], fk["refTable"], fk["refColumns"]
+            )
         self._governance.update({k: raw[k] for k in GOVERNANCE_PROPERTIES if k in raw})
         self.properties.update({k: v for k, v in raw.items() if k not in _KNOWN_PROPS})
 

@@ -85,8 +85,9 @@ def rows_to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
         try:
             arrays.append(pa.array(values, type=item.type, from_pandas=False))
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise SourceError(f"Value does not fit its column: {exc}", column=item.name,
-                              arrow_type=str(item.type)) from exc  # fmt: skip
+            raise SourceError(
+                f"Value does not fit its column: {exc}", column=item.name, arrow_type=str(item.type)
+            ) from exc
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -179,9 +180,11 @@ class SourceAdapter:
     sql_dialect: str | None = "duckdb"
 
     def __init__(
-        self, logger: logging.Logger | None = None, *,
+        self,
+        logger: logging.Logger | None = None,
+        *,
         connection: duckdb.DuckDBPyConnection | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.logger = logger or _log
         self.connection = connection if connection is not None else default_connection()
         self._lock = threading.RLock()  # one DuckDB call at a time, from loop or thread
@@ -215,9 +218,11 @@ class SourceAdapter:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if self._defer_exit(self._close_now):
             return
         await self._close_now()
@@ -250,8 +255,12 @@ class SourceAdapter:
         try:
             await leave()
         except Exception as exc:  # the run is over; nobody is left to raise to
-            self.logger.error("deferred close of reader %s failed: %s: %s",
-                              type(self).__name__, type(exc).__name__, exc)  # fmt: skip
+            self.logger.error(
+                "deferred close of reader %s failed: %s: %s",
+                type(self).__name__,
+                type(exc).__name__,
+                exc,
+            )
 
     @property
     def is_held(self) -> bool:
@@ -264,8 +273,10 @@ class SourceAdapter:
             return False
         if self._deferred_exit is None:  # the outermost __aexit__ is the one to replay
             self._deferred_exit = leave
-            self.logger.info("reader %s stays open for the run that holds it; it closes when "
-                             "that run ends", type(self).__name__)  # fmt: skip
+            self.logger.info(
+                "reader %s stays open for the run that holds it; it closes when that run ends",
+                type(self).__name__,
+            )
         return True
 
     async def open(self) -> None:
@@ -365,9 +376,12 @@ class SourceAdapter:
     # -- the load -------------------------------------------------------------------------
 
     async def load(
-        self, duckdb_table: str, sql: str, namespace: str | None = None,
+        self,
+        duckdb_table: str,
+        sql: str,
+        namespace: str | None = None,
         source_system: str | None = None,
-    ) -> ValueSchema:  # fmt: skip
+    ) -> ValueSchema:
         """Load the result of ``sql`` on the source into the DuckDB table ``duckdb_table``.
 
         Args:
@@ -408,8 +422,9 @@ class SourceAdapter:
                 source_schema = await self._lineage_schema(sql)
             except Exception as exc:  # lineage is best effort: never fail the load for it
                 self.logger.warning("source columns unknown table=%s error=%s", target, exc)
-        self.loads[target] = LoadRecord(target, sql, self.sql_dialect, tuple(schema.fields),
-                                        source_schema)  # fmt: skip
+        self.loads[target] = LoadRecord(
+            target, sql, self.sql_dialect, tuple(schema.fields), source_schema
+        )
 
     async def _lineage_schema(self, sql: str) -> Mapping[str, Mapping[str, str]]:
         """Columns and types of the tables ``sql`` reads. Readers that can, implement it."""

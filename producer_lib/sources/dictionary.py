@@ -36,8 +36,9 @@ def source_tables_of(sql: str, dialect: str) -> list[SourceTable]:
     ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
     tables = {
         (t.db or None, t.name, _quoted(t.args.get("db")), _quoted(t.this))
-        for t in tree.find_all(exp.Table) if t.name and t.name not in ctes
-    }  # fmt: skip
+        for t in tree.find_all(exp.Table)
+        if t.name and t.name not in ctes
+    }
     return [SourceTable(*t) for t in sorted(tables, key=lambda t: (t[0] or "", t[1]))]
 
 

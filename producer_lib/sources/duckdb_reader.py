@@ -46,9 +46,12 @@ class DuckDBReader(SourceAdapter):
     """
 
     def __init__(
-        self, logger: logging.Logger | None = None, *,
-        connection: duckdb.DuckDBPyConnection | None = None, use_delta_extension: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        logger: logging.Logger | None = None,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        use_delta_extension: bool = True,
+    ) -> None:
         super().__init__(logger, connection=connection)
         self.use_delta_extension = use_delta_extension
         self._delta_views: list[str] = []
@@ -107,8 +110,7 @@ class DuckDBReader(SourceAdapter):
         try:
             await self.run_locked(self.connection.execute, query)
         except duckdb.Error as exc:
-            raise SourceError(f"DuckDB load failed: {exc}", table=duckdb_table,
-                              sql=sql) from exc  # fmt: skip
+            raise SourceError(f"DuckDB load failed: {exc}", table=duckdb_table, sql=sql) from exc
         self._progress[duckdb_table].add(row_count(self.connection, duckdb_table))
 
     async def _augment(self, schema: ValueSchema, sql: str) -> None:
@@ -136,8 +138,9 @@ def _duckdb_dictionary(
     params = [table, schema_name]
     pk = conn.execute(
         f"SELECT constraint_column_names FROM duckdb_constraints() WHERE {where} "
-        "AND constraint_type = 'PRIMARY KEY'", params,
-    ).fetchone()  # fmt: skip
+        "AND constraint_type = 'PRIMARY KEY'",
+        params,
+    ).fetchone()
     comments = conn.execute(
         f"SELECT column_name, comment FROM duckdb_columns() WHERE {where} AND comment IS NOT NULL",
         params,

@@ -77,9 +77,11 @@ class JsonColumns:
 
     @classmethod
     def declare(
-        cls, columns: Mapping[str, str], primary_key: Sequence[str] = (),
+        cls,
+        columns: Mapping[str, str],
+        primary_key: Sequence[str] = (),
         connection: duckdb.DuckDBPyConnection | None = None,
-    ) -> JsonColumns:  # fmt: skip
+    ) -> JsonColumns:
         """Check ``columns`` (name -> DuckDB type) with DuckDB and return them canonical.
 
         Raises:
@@ -94,8 +96,9 @@ class JsonColumns:
             try:
                 row = conn.execute(f"SELECT typeof(CAST(NULL AS {type_text}))").fetchone()
             except duckdb.Error as exc:
-                raise SourceError(f"Not a DuckDB type: {exc}", column=name,
-                                  duckdb_type=type_text) from exc  # fmt: skip
+                raise SourceError(
+                    f"Not a DuckDB type: {exc}", column=name, duckdb_type=type_text
+                ) from exc
             canonical.append((name, str(row[0]) if row else type_text))
         missing = [key for key in primary_key if key not in columns]
         if missing:
@@ -160,9 +163,13 @@ class _JsonEventsReader(SourceAdapter):
     sql_dialect = None  # a topic or files, not SQL: no lineage
 
     def __init__(
-        self, columns: Mapping[str, str] | JsonColumns, logger: logging.Logger | None = None,
-        *, primary_key: Sequence[str] = (), connection: duckdb.DuckDBPyConnection | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        columns: Mapping[str, str] | JsonColumns,
+        logger: logging.Logger | None = None,
+        *,
+        primary_key: Sequence[str] = (),
+        connection: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
         super().__init__(logger, connection=connection)
         self.columns = (
             columns
@@ -196,8 +203,9 @@ class _JsonEventsReader(SourceAdapter):
             if error is not None:
                 raise error
             names = column_list(name for name, _ in self.columns.columns)
-            self.connection.execute(f"INSERT INTO {quote_table(duckdb_table)} ({names}) "
-                                    f"SELECT {names} FROM {typed}")  # fmt: skip
+            self.connection.execute(
+                f"INSERT INTO {quote_table(duckdb_table)} ({names}) SELECT {names} FROM {typed}"
+            )
             result = self.connection.execute(f"SELECT count(*) FROM {typed}").fetchone()
             return int(result[0]) if result else 0
         finally:
@@ -230,9 +238,14 @@ class _JsonEventsReader(SourceAdapter):
         column, raws = bad[len(locators)], bad[len(locators) + 1]
         index = [name for name, _ in self.columns.columns].index(column)
         found = self.connection.execute("SELECT json_type(?::JSON)", [raws[index]]).fetchone()
-        return SourceError("A JSON value does not fit its column", **where, **located,
-                           column=column, duckdb_type=self.columns.columns[index][1],
-                           json_type=found[0] if found else None)  # fmt: skip
+        return SourceError(
+            "A JSON value does not fit its column",
+            **where,
+            **located,
+            column=column,
+            duckdb_type=self.columns.columns[index][1],
+            json_type=found[0] if found else None,
+        )
 
 
 class KafkaJsonReader(_JsonEventsReader):
@@ -253,18 +266,28 @@ class KafkaJsonReader(_JsonEventsReader):
     """
 
     def __init__(
-        self, columns: Mapping[str, str] | JsonColumns, settings: KafkaSettings,
-        logger: logging.Logger | None = None, *, group_id: str | None = None,
-        start_offsets: Mapping[int, int] | None = None, start_time: datetime | None = None,
-        primary_key: Sequence[str] = (), connection: duckdb.DuckDBPyConnection | None = None,
-        batch_size: int = 50_000, idle_timeout_s: float = 30.0,
-    ) -> None:  # fmt: skip
+        self,
+        columns: Mapping[str, str] | JsonColumns,
+        settings: KafkaSettings,
+        logger: logging.Logger | None = None,
+        *,
+        group_id: str | None = None,
+        start_offsets: Mapping[int, int] | None = None,
+        start_time: datetime | None = None,
+        primary_key: Sequence[str] = (),
+        connection: duckdb.DuckDBPyConnection | None = None,
+        batch_size: int = 50_000,
+        idle_timeout_s: float = 30.0,
+    ) -> None:
         super().__init__(columns, logger, primary_key=primary_key, connection=connection)
         self.settings, self.group_id = settings, group_id
         self._range_options: dict[str, Any] = {
-            "group_id": group_id, "start_offsets": start_offsets, "start_time": start_time,
-            "batch_size": batch_size, "idle_timeout_s": idle_timeout_s,
-        }  # fmt: skip
+            "group_id": group_id,
+            "start_offsets": start_offsets,
+            "start_time": start_time,
+            "batch_size": batch_size,
+            "idle_timeout_s": idle_timeout_s,
+        }
         self.topic_range: TopicRange | None = None
         """The range the last load read (its ``starts`` and ``ends`` by partition)."""
 
@@ -305,8 +328,10 @@ class KafkaJsonReader(_JsonEventsReader):
         self.connection.register(view, batch)
         try:
             self._check_objects(view, topic)
-            raw = (f"(SELECT partition, \"offset\", unnest(json_transform(decode(value), "
-                   f"{_sql_string(self.columns.structure())})) FROM {view})")  # fmt: skip
+            raw = (
+                f'(SELECT partition, "offset", unnest(json_transform(decode(value), '
+                f"{_sql_string(self.columns.structure())})) FROM {view})"
+            )
             locators = {"partition": "partition", "offset": "offset"}
             return self._stage(duckdb_table, raw, locators, {"topic": topic})
         finally:
@@ -315,10 +340,10 @@ class KafkaJsonReader(_JsonEventsReader):
     def _check_objects(self, view: str, topic: str) -> None:
         """Fail on the first message that is not a JSON object (names its offset)."""
         bad = self.connection.execute(
-            f"SELECT partition, \"offset\", value IS NULL FROM {view} WHERE value IS NULL "
+            f'SELECT partition, "offset", value IS NULL FROM {view} WHERE value IS NULL '
             f"OR TRY(json_type(decode(value))) IS DISTINCT FROM 'OBJECT' "
-            f"ORDER BY partition, \"offset\" LIMIT 1"
-        ).fetchone()  # fmt: skip
+            f'ORDER BY partition, "offset" LIMIT 1'
+        ).fetchone()
         if bad is not None:
             what = "has no value (a tombstone)" if bad[2] else "is not a JSON object"
             raise SourceError(f"A message {what}", topic=topic, partition=bad[0], offset=bad[1])
@@ -340,8 +365,10 @@ class JsonLinesReader(_JsonEventsReader):
 
     def _stage_files(self, duckdb_table: str, paths: str) -> int:
         columns = ", ".join(f"{_sql_string(name)}: 'JSON'" for name, _ in self.columns.columns)
-        raw = (f"read_json({_sql_string(paths)}, format = 'newline_delimited', "
-               f"columns = {{{columns}}}, filename = '__file')")  # fmt: skip
+        raw = (
+            f"read_json({_sql_string(paths)}, format = 'newline_delimited', "
+            f"columns = {{{columns}}}, filename = '__file')"
+        )
         try:
             return self._stage(duckdb_table, raw, {"__file": "file"}, {})
         except SourceError as exc:
@@ -363,11 +390,13 @@ class JsonLinesReader(_JsonEventsReader):
             bad = self.connection.execute(
                 f"SELECT line FROM {view} WHERE TRY(json_type(value)) IS DISTINCT FROM 'OBJECT' "
                 "ORDER BY line LIMIT 1"
-            ).fetchone()  # fmt: skip
+            ).fetchone()
             if bad is not None:
                 return SourceError("A line is not a JSON object", file=file, line=bad[0])
-            raw = (f"(SELECT line, unnest(json_transform(value, "
-                   f"{_sql_string(self.columns.structure())})) FROM {view})")  # fmt: skip
+            raw = (
+                f"(SELECT line, unnest(json_transform(value, "
+                f"{_sql_string(self.columns.structure())})) FROM {view})"
+            )
             typed = self._typed(raw, {"line": "line"})
             try:
                 return self._misfit(typed, {"line": "line"}, {"file": file}) or error

@@ -47,10 +47,12 @@ from producer_lib.sources.oracle_dictionary import (
 )
 
 _LARGE_TYPES = {  # LOBs: one value may be up to 1 GB, so 64-bit offsets per batch
-    "DB_TYPE_CLOB": pa.large_string(), "DB_TYPE_NCLOB": pa.large_string(),
-    "DB_TYPE_LONG": pa.large_string(), "DB_TYPE_BLOB": pa.large_binary(),
+    "DB_TYPE_CLOB": pa.large_string(),
+    "DB_TYPE_NCLOB": pa.large_string(),
+    "DB_TYPE_LONG": pa.large_string(),
+    "DB_TYPE_BLOB": pa.large_binary(),
     "DB_TYPE_LONG_RAW": pa.large_binary(),
-}  # fmt: skip
+}
 _WITH_ZONE = frozenset({"DB_TYPE_TIMESTAMP_TZ", "DB_TYPE_TIMESTAMP_LTZ"})
 
 
@@ -108,9 +110,12 @@ class ArrowFetch:
         table = pa.table(frame)
         for field, want in zip(table.schema, self.requested, strict=True):
             if field.type != want.type:
-                raise SourceError("Oracle returned another Arrow type than requested",
-                                  column=want.name, arrow_type=str(field.type),
-                                  requested=str(want.type))  # fmt: skip
+                raise SourceError(
+                    "Oracle returned another Arrow type than requested",
+                    column=want.name,
+                    arrow_type=str(field.type),
+                    requested=str(want.type),
+                )
         return table.cast(self.landing)
 
 
@@ -148,22 +153,30 @@ class OracleReader(SourceAdapter):
     sql_dialect = "oracle"
 
     def __init__(
-        self, user: str | OracleConnectionSettings, password: str | logging.Logger | None = None,
-        dsn: str | None = None, logger: logging.Logger | None = None, *,
-        connection: duckdb.DuckDBPyConnection | None = None, page_size: int = 10_000,
-    ) -> None:  # fmt: skip
+        self,
+        user: str | OracleConnectionSettings,
+        password: str | logging.Logger | None = None,
+        dsn: str | None = None,
+        logger: logging.Logger | None = None,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        page_size: int = 10_000,
+    ) -> None:
         if isinstance(user, OracleConnectionSettings):
             if isinstance(password, logging.Logger):
                 logger, password = password, None
             if password is not None or dsn is not None:
-                raise ConfigError("OracleReader(settings, logger): user, password and dsn "
-                                  "come from the settings", secret=user.secret_name)  # fmt: skip
+                raise ConfigError(
+                    "OracleReader(settings, logger): user, password and dsn come from the settings",
+                    secret=user.secret_name,
+                )
             user, secret, dsn = user.user, user.password, user.dsn
         elif isinstance(password, str) and dsn:
             secret = SecretStr(password)
         else:
-            raise ConfigError("OracleReader needs OracleConnectionSettings or user, password "
-                              "and dsn")  # fmt: skip
+            raise ConfigError(
+                "OracleReader needs OracleConnectionSettings or user, password and dsn"
+            )
         super().__init__(logger, connection=connection)
         self._credentials = (user, secret, dsn)
         self.page_size = page_size
@@ -210,14 +223,16 @@ class OracleReader(SourceAdapter):
                 if page.num_rows:
                     await self.insert_page(duckdb_table, page)
         except oracledb.Error as exc:
-            raise SourceError(f"Reading from Oracle failed: {exc}", table=duckdb_table,
-                              sql=sql) from exc  # fmt: skip
+            raise SourceError(
+                f"Reading from Oracle failed: {exc}", table=duckdb_table, sql=sql
+            ) from exc
 
     async def _augment(self, schema: ValueSchema, sql: str) -> None:
         source = source_table_of(sql, "oracle")
         if source is None:
-            self.logger.info("no data dictionary lookup: not a single-table query table=%s",
-                             schema.name)  # fmt: skip
+            self.logger.info(
+                "no data dictionary lookup: not a single-table query table=%s", schema.name
+            )
             return
         current = (self._ora.current_schema or self._ora.username).upper()
         owner, table = owner_and_table(source, current)

@@ -35,7 +35,7 @@ from producer_lib.schema import (
     AvroType,
     AvroVarchar,
     ForeignKey,
-)  # fmt: skip
+)
 from producer_lib.sources.dictionary import DataDictionary
 
 _UNBOUNDED_NUMBER = AvroDecimal(38, 10)
@@ -48,8 +48,13 @@ def _number(precision: int | None, scale: int | None, length: int | None) -> Avr
     if scale == -127:  # FLOAT(b): binary precision, a floating point number
         return AvroDouble()
     if not scale:
-        return AvroInt() if precision <= 9 else AvroLong() if precision <= 18 else AvroDecimal(
-            precision, 0)  # fmt: skip
+        return (
+            AvroInt()
+            if precision <= 9
+            else AvroLong()
+            if precision <= 18
+            else AvroDecimal(precision, 0)
+        )
     return AvroDecimal(precision, scale)
 
 
@@ -62,22 +67,35 @@ def _fixed(avro_type: AvroType) -> _Rule:
 
 
 _TO_AVRO: dict[str, _Rule] = {
-    "NUMBER": _number, "FLOAT": _fixed(AvroDouble()), "BINARY_DOUBLE": _fixed(AvroDouble()),
-    "BINARY_FLOAT": _fixed(AvroFloat()), "VARCHAR2": _text(AvroVarchar),
-    "VARCHAR": _text(AvroVarchar), "CHAR": _text(AvroVarchar), "NVARCHAR2": _text(AvroNVarchar),
-    "NCHAR": _text(AvroNVarchar), "CLOB": _fixed(AvroCLOB()), "LONG": _fixed(AvroCLOB()),
-    "NCLOB": _fixed(AvroNCLOB()), "DATE": _fixed(AvroTimestamp()),
+    "NUMBER": _number,
+    "FLOAT": _fixed(AvroDouble()),
+    "BINARY_DOUBLE": _fixed(AvroDouble()),
+    "BINARY_FLOAT": _fixed(AvroFloat()),
+    "VARCHAR2": _text(AvroVarchar),
+    "VARCHAR": _text(AvroVarchar),
+    "CHAR": _text(AvroVarchar),
+    "NVARCHAR2": _text(AvroNVarchar),
+    "NCHAR": _text(AvroNVarchar),
+    "CLOB": _fixed(AvroCLOB()),
+    "LONG": _fixed(AvroCLOB()),
+    "NCLOB": _fixed(AvroNCLOB()),
+    "DATE": _fixed(AvroTimestamp()),
     "TIMESTAMP": _fixed(AvroTimestampMicros()),
     "TIMESTAMP WITH TIME ZONE": _fixed(AvroTimestampMicros()),
     "TIMESTAMP WITH LOCAL TIME ZONE": _fixed(AvroTimestampMicros()),
-    "RAW": _fixed(AvroBytes()), "LONG RAW": _fixed(AvroBytes()), "BLOB": _fixed(AvroBytes()),
-}  # fmt: skip
+    "RAW": _fixed(AvroBytes()),
+    "LONG RAW": _fixed(AvroBytes()),
+    "BLOB": _fixed(AvroBytes()),
+}
 
 
 def avro_type_for_oracle(
-    data_type: str, precision: int | None = None, scale: int | None = None,
-    char_length: int | None = None, column: str = "",
-) -> AvroType:  # fmt: skip
+    data_type: str,
+    precision: int | None = None,
+    scale: int | None = None,
+    char_length: int | None = None,
+    column: str = "",
+) -> AvroType:
     """Map an Oracle column type (as ``ALL_TAB_COLUMNS.DATA_TYPE`` spells it) to Avro.
 
     ``TIMESTAMP(6) WITH TIME ZONE`` and ``VARCHAR2(40 CHAR)`` are accepted too: the part in
@@ -89,22 +107,32 @@ def avro_type_for_oracle(
     key = re.sub(r"\s*\([^)]*\)", "", data_type.upper()).strip()
     rule = _TO_AVRO.get(key)
     if rule is None:
-        raise SourceError("Unsupported Oracle type: cast the column in SQL",
-                          column=column, oracle_type=data_type)  # fmt: skip
+        raise SourceError(
+            "Unsupported Oracle type: cast the column in SQL", column=column, oracle_type=data_type
+        )
     return rule(precision, scale, char_length)
 
 
 # oracledb's DbType names (cursor.description) -> ALL_TAB_COLUMNS type names
 DB_TYPE_NAMES = {
-    "DB_TYPE_NUMBER": "NUMBER", "DB_TYPE_BINARY_DOUBLE": "BINARY_DOUBLE",
-    "DB_TYPE_BINARY_FLOAT": "BINARY_FLOAT", "DB_TYPE_VARCHAR": "VARCHAR2",
-    "DB_TYPE_CHAR": "CHAR", "DB_TYPE_NVARCHAR": "NVARCHAR2", "DB_TYPE_NCHAR": "NCHAR",
-    "DB_TYPE_CLOB": "CLOB", "DB_TYPE_NCLOB": "NCLOB", "DB_TYPE_LONG": "LONG",
-    "DB_TYPE_DATE": "DATE", "DB_TYPE_TIMESTAMP": "TIMESTAMP",
+    "DB_TYPE_NUMBER": "NUMBER",
+    "DB_TYPE_BINARY_DOUBLE": "BINARY_DOUBLE",
+    "DB_TYPE_BINARY_FLOAT": "BINARY_FLOAT",
+    "DB_TYPE_VARCHAR": "VARCHAR2",
+    "DB_TYPE_CHAR": "CHAR",
+    "DB_TYPE_NVARCHAR": "NVARCHAR2",
+    "DB_TYPE_NCHAR": "NCHAR",
+    "DB_TYPE_CLOB": "CLOB",
+    "DB_TYPE_NCLOB": "NCLOB",
+    "DB_TYPE_LONG": "LONG",
+    "DB_TYPE_DATE": "DATE",
+    "DB_TYPE_TIMESTAMP": "TIMESTAMP",
     "DB_TYPE_TIMESTAMP_TZ": "TIMESTAMP WITH TIME ZONE",
-    "DB_TYPE_TIMESTAMP_LTZ": "TIMESTAMP WITH LOCAL TIME ZONE", "DB_TYPE_RAW": "RAW",
-    "DB_TYPE_LONG_RAW": "LONG RAW", "DB_TYPE_BLOB": "BLOB",
-}  # fmt: skip
+    "DB_TYPE_TIMESTAMP_LTZ": "TIMESTAMP WITH LOCAL TIME ZONE",
+    "DB_TYPE_RAW": "RAW",
+    "DB_TYPE_LONG_RAW": "LONG RAW",
+    "DB_TYPE_BLOB": "BLOB",
+}
 
 
 def avro_type_for_description(item: Sequence[Any]) -> AvroType:
@@ -142,9 +170,10 @@ FROM all_tab_columns WHERE owner = :owner AND table_name = :table_name ORDER BY 
 
 
 def dictionary_from_rows(
-    constraint_rows: Iterable[Sequence[Any]], comment_rows: Iterable[Sequence[Any]],
+    constraint_rows: Iterable[Sequence[Any]],
+    comment_rows: Iterable[Sequence[Any]],
     table_comment: str | None,
-) -> DataDictionary:  # fmt: skip
+) -> DataDictionary:
     """Build the dictionary from :data:`CONSTRAINTS_SQL` and :data:`COLUMN_COMMENTS_SQL` rows.
 
     Constraint rows: ``(name, type 'P'|'R', column, position, ref owner, ref table,

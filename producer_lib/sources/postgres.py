@@ -58,7 +58,7 @@ from producer_lib.schema import (
     AvroType,
     AvroUUID,
     ValueSchema,
-)  # fmt: skip
+)
 from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
 from producer_lib.sources.dictionary import (
     SourceTable,
@@ -96,16 +96,31 @@ def _fixed(avro_type: AvroType) -> Callable[[psycopg.Column], AvroType]:
 
 
 _TO_AVRO: dict[str, Callable[[psycopg.Column], AvroType]] = {
-    "bool": _fixed(AvroBoolean()), "int2": _fixed(AvroShort()), "int4": _fixed(AvroInt()),
-    "int8": _fixed(AvroLong()), "float4": _fixed(AvroFloat()), "float8": _fixed(AvroDouble()),
-    "oid": _fixed(AvroLong()), "numeric": _numeric, "varchar": _sized_text,
-    "bpchar": _sized_text, "text": _fixed(AvroString()), "name": _fixed(AvroString()),
-    "json": _fixed(AvroString()), "jsonb": _fixed(AvroString()), "xml": _fixed(AvroString()),
-    "inet": _fixed(AvroString()), "cidr": _fixed(AvroString()),
-    "macaddr": _fixed(AvroString()), "uuid": _fixed(AvroUUID()), "bytea": _fixed(AvroBytes()),
-    "date": _fixed(AvroDate()), "time": _fixed(AvroTimeMicros()),
-    "timestamp": _fixed(AvroTimestampMicros()), "timestamptz": _fixed(AvroTimestampMicros()),
-}  # fmt: skip
+    "bool": _fixed(AvroBoolean()),
+    "int2": _fixed(AvroShort()),
+    "int4": _fixed(AvroInt()),
+    "int8": _fixed(AvroLong()),
+    "float4": _fixed(AvroFloat()),
+    "float8": _fixed(AvroDouble()),
+    "oid": _fixed(AvroLong()),
+    "numeric": _numeric,
+    "varchar": _sized_text,
+    "bpchar": _sized_text,
+    "text": _fixed(AvroString()),
+    "name": _fixed(AvroString()),
+    "json": _fixed(AvroString()),
+    "jsonb": _fixed(AvroString()),
+    "xml": _fixed(AvroString()),
+    "inet": _fixed(AvroString()),
+    "cidr": _fixed(AvroString()),
+    "macaddr": _fixed(AvroString()),
+    "uuid": _fixed(AvroUUID()),
+    "bytea": _fixed(AvroBytes()),
+    "date": _fixed(AvroDate()),
+    "time": _fixed(AvroTimeMicros()),
+    "timestamp": _fixed(AvroTimestampMicros()),
+    "timestamptz": _fixed(AvroTimestampMicros()),
+}
 
 
 def avro_type_for_postgres(type_name: str, column: psycopg.Column) -> AvroType:
@@ -116,13 +131,19 @@ def avro_type_for_postgres(type_name: str, column: psycopg.Column) -> AvroType:
     """
     rule = _TO_AVRO.get(type_name)
     if rule is None:
-        raise SourceError("Unsupported PostgreSQL type: cast the column in SQL (e.g. ::text)",
-                          column=column.name, postgres_type=type_name)  # fmt: skip
+        raise SourceError(
+            "Unsupported PostgreSQL type: cast the column in SQL (e.g. ::text)",
+            column=column.name,
+            postgres_type=type_name,
+        )
     try:
         return rule(column)
     except SchemaError as exc:  # numeric(p,s) with p > 38
-        raise SourceError(f"PostgreSQL type does not fit: {exc}; cast the column in SQL",
-                          column=column.name, postgres_type=type_name) from exc  # fmt: skip
+        raise SourceError(
+            f"PostgreSQL type does not fit: {exc}; cast the column in SQL",
+            column=column.name,
+            postgres_type=type_name,
+        ) from exc
 
 
 def pg_column(type_name: str, is_array: bool, column: psycopg.Column) -> PgColumn:
@@ -136,14 +157,19 @@ def pg_column(type_name: str, is_array: bool, column: psycopg.Column) -> PgColum
     except SourceError as exc:
         if not is_array:
             raise
-        raise SourceError("Unsupported PostgreSQL array: cast the column in SQL (e.g. ::text)",
-                          column=column.name, postgres_type=f"{type_name}[]") from exc  # fmt: skip
+        raise SourceError(
+            "Unsupported PostgreSQL array: cast the column in SQL (e.g. ::text)",
+            column=column.name,
+            postgres_type=f"{type_name}[]",
+        ) from exc
     return PgColumn(
-        name=column.name, type_name=type_name, is_array=is_array,
+        name=column.name,
+        type_name=type_name,
+        is_array=is_array,
         avro_type=AvroArray(element, items_nullable=True) if is_array else element,
         length=column.display_size if type_name == "bpchar" else None,
         unbounded_numeric=type_name == "numeric" and column.precision is None,
-    )  # fmt: skip
+    )
 
 
 class PostgresReader(SourceAdapter):
@@ -161,18 +187,25 @@ class PostgresReader(SourceAdapter):
     sql_dialect = "postgres"
 
     def __init__(
-        self, dsn: str, logger: logging.Logger | None = None, *,
-        connection: duckdb.DuckDBPyConnection | None = None, page_size: int = 10_000,
+        self,
+        dsn: str,
+        logger: logging.Logger | None = None,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        page_size: int = 10_000,
         use_scanner: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(logger, connection=connection)
         self.dsn = dsn
         self.page_size = page_size
         self.use_scanner = use_scanner and packaged_extension_path(EXTENSION) is not None
         if use_scanner and not self.use_scanner:
-            self.logger.warning("PostgreSQL rows read with psycopg, about 6x slower: pip "
-                                "install duckdb-extension-%s==%s", EXTENSION,
-                                duckdb.__version__)  # fmt: skip
+            self.logger.warning(
+                "PostgreSQL rows read with psycopg, about 6x slower: pip "
+                "install duckdb-extension-%s==%s",
+                EXTENSION,
+                duckdb.__version__,
+            )
         self._pg: psycopg.AsyncConnection[Any] | None = None
         self._scan = PostgresScan(self.connection, dsn)
         # By SQL (loads may run concurrently): the columns, and the whole table it reads if any.
@@ -210,8 +243,9 @@ class PostgresReader(SourceAdapter):
                 await cur.execute(f"SELECT * FROM ({sql}) AS q LIMIT 0")  # type: ignore[arg-type]
             except psycopg.Error as exc:
                 await self.pg.rollback()
-                raise SourceError(f"PostgreSQL rejected the query: {exc}", table=name,
-                                  sql=sql) from exc  # fmt: skip
+                raise SourceError(
+                    f"PostgreSQL rejected the query: {exc}", table=name, sql=sql
+                ) from exc
             columns = cur.description or []
         try:
             mapped = [pg_column(*await self._type_of(c.type_code), c) for c in columns]
@@ -229,9 +263,12 @@ class PostgresReader(SourceAdapter):
         if info is not None:  # psycopg finds an array type under its element's entry
             return info.name, oid == info.array_oid != info.oid
         async with self.pg.cursor() as cur:
-            await cur.execute("SELECT coalesce(e.typname, t.typname), e.oid IS NOT NULL FROM "
-                              "pg_type t LEFT JOIN pg_type e ON t.typcategory = 'A' AND "
-                              "e.oid = t.typelem WHERE t.oid = %s", [oid])  # fmt: skip
+            await cur.execute(
+                "SELECT coalesce(e.typname, t.typname), e.oid IS NOT NULL FROM "
+                "pg_type t LEFT JOIN pg_type e ON t.typcategory = 'A' AND "
+                "e.oid = t.typelem WHERE t.oid = %s",
+                [oid],
+            )
             row = await cur.fetchone()
         return (str(row[0]), bool(row[1])) if row else (f"oid {oid}", False)
 
@@ -244,7 +281,7 @@ class PostgresReader(SourceAdapter):
             "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON "
             "n.oid = c.relnamespace WHERE c.oid = to_regclass(%s) AND c.relkind = 'r'",
             [_regclass_text(source)],
-        )  # fmt: skip
+        )
         found = await cursor.fetchone()
         return (str(found[0]), str(found[1])) if found else None
 
@@ -279,16 +316,18 @@ class PostgresReader(SourceAdapter):
                 while rows := await cur.fetchmany(self.page_size):
                     await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
         except psycopg.Error as exc:
-            raise SourceError(f"Reading from PostgreSQL failed: {exc}", table=duckdb_table,
-                              sql=sql) from exc  # fmt: skip
+            raise SourceError(
+                f"Reading from PostgreSQL failed: {exc}", table=duckdb_table, sql=sql
+            ) from exc
         finally:
             await self.pg.rollback()
 
     async def _augment(self, schema: ValueSchema, sql: str) -> None:
         source = source_table_of(sql, "postgres")
         if source is None:
-            self.logger.info("no data dictionary lookup: not a single-table query table=%s",
-                             schema.name)  # fmt: skip
+            self.logger.info(
+                "no data dictionary lookup: not a single-table query table=%s", schema.name
+            )
             return
         try:
             dictionary = await read_dictionary(self.pg, _regclass_text(source))
@@ -304,8 +343,9 @@ class PostgresReader(SourceAdapter):
                 cursor = await self.pg.execute(
                     "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
                     "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
-                    "ORDER BY attnum", (_regclass_text(source),),
-                )  # fmt: skip
+                    "ORDER BY attnum",
+                    (_regclass_text(source),),
+                )
                 name = f"{source.schema}.{source.name}" if source.schema else source.name
                 schema[name] = {row[0]: row[1] for row in await cursor.fetchall()}
         finally:

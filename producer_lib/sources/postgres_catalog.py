@@ -42,10 +42,9 @@ def foreign_keys_from_rows(rows: list[tuple[Any, ...]]) -> tuple[ForeignKey, ...
     for row in rows:
         grouped.setdefault(row[0], []).append(row)
     return tuple(
-        ForeignKey(tuple(r[1] for r in group), group[0][2], group[0][3],
-                   tuple(r[4] for r in group))
+        ForeignKey(tuple(r[1] for r in group), group[0][2], group[0][3], tuple(r[4] for r in group))
         for group in grouped.values()
-    )  # fmt: skip
+    )
 
 
 async def read_dictionary(pg: psycopg.AsyncConnection[Any], table: str) -> DataDictionary:
@@ -55,8 +54,10 @@ async def read_dictionary(pg: psycopg.AsyncConnection[Any], table: str) -> DataD
         SourceError: The table is not found (e.g. a view of another name, or no privilege).
     """
     async with pg.cursor() as cur:
-        await cur.execute("SELECT to_regclass(%s)::oid, obj_description(to_regclass(%s), "
-                          "'pg_class')", [table, table])  # fmt: skip
+        await cur.execute(
+            "SELECT to_regclass(%s)::oid, obj_description(to_regclass(%s), 'pg_class')",
+            [table, table],
+        )
         found = await cur.fetchone()
     if not found or found[0] is None:
         raise SourceError("Table not found in the PostgreSQL catalog", table=table)

@@ -49,10 +49,26 @@ _SENT_AS_TEXT = frozenset({"json", "jsonb", "xml", "inet", "cidr", "macaddr", "n
 _FITS_DECIMAL_38_10 = r"-?[0-9]{1,28}(\.[0-9]{0,10}0*)?"
 _databases = itertools.count()
 # Types the scanner's table scan stages exactly as the reader maps them (after _duckdb_side).
-_TABLE_SCAN_TYPES = frozenset({
-    "bool", "int2", "int4", "int8", "float4", "float8", "numeric", "varchar", "bpchar", "text",
-    "bytea", "date", "time", "timestamp", "timestamptz", "uuid",
-})  # fmt: skip
+_TABLE_SCAN_TYPES = frozenset(
+    {
+        "bool",
+        "int2",
+        "int4",
+        "int8",
+        "float4",
+        "float8",
+        "numeric",
+        "varchar",
+        "bpchar",
+        "text",
+        "bytea",
+        "date",
+        "time",
+        "timestamp",
+        "timestamptz",
+        "uuid",
+    }
+)
 # Run on another connection of the same user: stops the tagged copy (pg_signal_backend rules).
 CANCEL_SQL = """SELECT pg_cancel_backend(pid) FROM pg_stat_activity
 WHERE pid <> pg_backend_pid() AND strpos(query, %s) > 0"""
@@ -86,8 +102,9 @@ def whole_table_of(sql: str) -> SourceTable | None:
     except sqlglot.errors.SqlglotError:
         return None
     if not isinstance(tree, exp.Select) or {k for k, v in tree.args.items() if v} != {
-        "expressions", "from_"
-    }:  # fmt: skip
+        "expressions",
+        "from_",
+    }:
         return None
     table = tree.args["from_"].this
     if not isinstance(table, exp.Table) or {k for k, v in table.args.items() if v} - {"this", "db"}:
@@ -95,8 +112,12 @@ def whole_table_of(sql: str) -> SourceTable | None:
     if not all(_plain_column(item) for item in tree.expressions):
         return None
     schema = table.args.get("db")
-    return SourceTable(schema.name if schema else None, table.name,
-                       bool(schema and schema.quoted), bool(table.this.quoted))  # fmt: skip
+    return SourceTable(
+        schema.name if schema else None,
+        table.name,
+        bool(schema and schema.quoted),
+        bool(table.this.quoted),
+    )
 
 
 def _plain_column(item: exp.Expression) -> bool:
@@ -154,11 +175,15 @@ def _value(name: str, column: PgColumn) -> str:
     if column.type_name == "bpchar" and column.length:
         return f"rpad({name}, {column.length}, ' ')"
     if column.unbounded_numeric:
-        message = _literal(f"{_MARK}{column.name}{_MARK} numeric value does not fit "
-                           "DECIMAL(38,10): cast the column in SQL")  # fmt: skip
-        return (f"CASE WHEN {name} IS NULL THEN NULL WHEN regexp_full_match({name}, "
-                f"'{_FITS_DECIMAL_38_10}') THEN {name}::DECIMAL(38,10) "
-                f"ELSE error({message}) END")  # fmt: skip
+        message = _literal(
+            f"{_MARK}{column.name}{_MARK} numeric value does not fit "
+            "DECIMAL(38,10): cast the column in SQL"
+        )
+        return (
+            f"CASE WHEN {name} IS NULL THEN NULL WHEN regexp_full_match({name}, "
+            f"'{_FITS_DECIMAL_38_10}') THEN {name}::DECIMAL(38,10) "
+            f"ELSE error({message}) END"
+        )
     return name
 
 
@@ -195,8 +220,9 @@ class PostgresScan:
         load_packaged_extension(self.connection, EXTENSION)
         database = f"__postgres_{next(_databases)}"
         try:
-            self.connection.execute(f"ATTACH {_literal(self.dsn)} AS {quote_ident(database)} "
-                                    "(TYPE postgres, READ_ONLY)")  # fmt: skip
+            self.connection.execute(
+                f"ATTACH {_literal(self.dsn)} AS {quote_ident(database)} (TYPE postgres, READ_ONLY)"
+            )
         except duckdb.Error as exc:
             raise SourceError(f"DuckDB cannot attach PostgreSQL: {self.redact(str(exc))}") from None
         self.database = database
@@ -208,9 +234,13 @@ class PostgresScan:
             self.database = None
 
     def copy(
-        self, duckdb_table: str, sql: str, columns: list[PgColumn],
-        table: tuple[str, str] | None = None, tag: str = "",
-    ) -> None:  # fmt: skip
+        self,
+        duckdb_table: str,
+        sql: str,
+        columns: list[PgColumn],
+        table: tuple[str, str] | None = None,
+        tag: str = "",
+    ) -> None:
         """Insert the rows of ``sql`` into ``duckdb_table`` (created by the reader).
 
         ``tag`` marks the query on the server, so that :data:`CANCEL_SQL` can stop it: the
@@ -230,10 +260,13 @@ class PostgresScan:
         else:
             database = quote_ident(database)
             names = ", ".join(f"{quote_ident(c.name)} AS c{i}" for i, c in enumerate(columns))
-            source, parameters = (f"(SELECT {names} FROM {database}.{quote_ident(table[0])}."
-                                  f"{quote_ident(table[1])})", [])  # fmt: skip
-        insert = (f"INSERT INTO {quote_table(duckdb_table)} BY NAME "
-                  f"{staging_select(columns, source)}")  # fmt: skip
+            source, parameters = (
+                f"(SELECT {names} FROM {database}.{quote_ident(table[0])}.{quote_ident(table[1])})",
+                [],
+            )
+        insert = (
+            f"INSERT INTO {quote_table(duckdb_table)} BY NAME {staging_select(columns, source)}"
+        )
         try:
             with self._any_order(table is not None):
                 self.connection.execute(insert, parameters)
@@ -264,8 +297,12 @@ class PostgresScan:
         text = self.redact(str(exc))
         marked = _MARKED.search(text)
         if marked:
-            return SourceError(f"Value does not fit its column: {_MARKED.sub('', text)}",
-                               table=table, column=marked.group(1), sql=sql)  # fmt: skip
+            return SourceError(
+                f"Value does not fit its column: {_MARKED.sub('', text)}",
+                table=table,
+                column=marked.group(1),
+                sql=sql,
+            )
         arrays = [column.name for column in columns if column.is_array]
         if arrays and "dimensions" in text:
             text += f" (array columns: {', '.join(arrays)}: cast a multi-dimensional one to text)"

@@ -44,5 +44,10 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         self.logger.info(
             "%s table=%s rows=%d pages=%d rows_per_s=%.0f elapsed_s=%.1f",
-            what, self.table, self.rows, self.pages, self.rows / elapsed, elapsed,
-        )  # fmt: skip
+            what,
+            self.table,
+            self.rows,
+            self.pages,
+            self.rows / elapsed,
+            elapsed,
+        )

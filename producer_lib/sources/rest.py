@@ -95,12 +95,19 @@ class RestReader(SourceAdapter):
     cursor_param: str | None = None
 
     def __init__(
-        self, base_url: str = "", logger: logging.Logger | None = None, *,
-        connection: duckdb.DuckDBPyConnection | None = None, concurrency: int = 4,
-        max_retries: int = 5, backoff_seconds: float = 0.5, max_backoff_seconds: float = 60.0,
-        headers: dict[str, str] | None = None, timeout_seconds: float = 60.0,
+        self,
+        base_url: str = "",
+        logger: logging.Logger | None = None,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        concurrency: int = 4,
+        max_retries: int = 5,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 60.0,
+        headers: dict[str, str] | None = None,
+        timeout_seconds: float = 60.0,
         jitter_seed: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(logger, connection=connection)
         self.base_url = base_url
         self.concurrency, self.max_retries = concurrency, max_retries
@@ -187,11 +194,20 @@ class RestReader(SourceAdapter):
                 if attempt > self.max_retries:
                     break
                 self.retries += 1
-                self.logger.info("retrying url=%s status=%s attempt=%d delay_s=%.2f",
-                                 full, status, attempt, delay)  # fmt: skip
+                self.logger.info(
+                    "retrying url=%s status=%s attempt=%d delay_s=%.2f",
+                    full,
+                    status,
+                    attempt,
+                    delay,
+                )
                 await asyncio.sleep(delay)
-        raise SourceError(f"GET failed after {self.max_retries} retries", url=full,
-                          status=status, attempts=attempt)  # fmt: skip
+        raise SourceError(
+            f"GET failed after {self.max_retries} retries",
+            url=full,
+            status=status,
+            attempts=attempt,
+        )
 
     def absolute(self, url: str) -> str:
         """``url`` itself when absolute, else ``base_url + url``."""
@@ -216,8 +232,9 @@ class RestReader(SourceAdapter):
                 if response.status in RETRY_STATUSES:
                     return response.status, None, self._retry_delay(response, attempt)
                 if response.status >= 400:
-                    raise SourceError(f"GET failed: {response.reason}", url=url,
-                                      status=response.status)  # fmt: skip
+                    raise SourceError(
+                        f"GET failed: {response.reason}", url=url, status=response.status
+                    )
                 payload = await response.json(content_type=None)
                 return None, (payload, response.headers.copy()), 0.0
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
@@ -243,8 +260,9 @@ class RestReader(SourceAdapter):
             await self._follow_links(duckdb_table, self.absolute(first), page_schema)
             return
         urls = await self.page_urls(sql)
-        tasks = [asyncio.create_task(self._load_page(duckdb_table, url, page_schema))
-                 for url in urls]  # fmt: skip
+        tasks = [
+            asyncio.create_task(self._load_page(duckdb_table, url, page_schema)) for url in urls
+        ]
         try:
             await asyncio.gather(*tasks)
         except BaseException:
@@ -267,8 +285,12 @@ class RestReader(SourceAdapter):
                 payload, headers = await fetching
                 following = self.next_page_url(url, payload, headers)
                 if following is not None and following in seen:
-                    raise SourceError("The next link leads to a page already read",
-                                      url=url, next_url=following, table=duckdb_table)  # fmt: skip
+                    raise SourceError(
+                        "The next link leads to a page already read",
+                        url=url,
+                        next_url=following,
+                        table=duckdb_table,
+                    )
                 fetching = None
                 if following is not None:
                     seen.add(following)
@@ -289,8 +311,9 @@ class RestReader(SourceAdapter):
         try:
             return self.page_to_arrow(payload, schema)
         except (pa.ArrowException, KeyError, TypeError, ValueError) as exc:
-            raise SourceError(f"Cannot convert the page: {exc}", url=url,
-                              table=duckdb_table) from exc  # fmt: skip
+            raise SourceError(
+                f"Cannot convert the page: {exc}", url=url, table=duckdb_table
+            ) from exc
 
 
 async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:

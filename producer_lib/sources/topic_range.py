@@ -54,10 +54,16 @@ class TopicRange:
     """
 
     def __init__(
-        self, settings: KafkaSettings, topic: str, *, group_id: str | None = None,
-        start_offsets: Mapping[int, int] | None = None, start_time: datetime | None = None,
-        batch_size: int = 50_000, idle_timeout_s: float = 30.0,
-    ) -> None:  # fmt: skip
+        self,
+        settings: KafkaSettings,
+        topic: str,
+        *,
+        group_id: str | None = None,
+        start_offsets: Mapping[int, int] | None = None,
+        start_time: datetime | None = None,
+        batch_size: int = 50_000,
+        idle_timeout_s: float = 30.0,
+    ) -> None:
         if start_offsets is not None and start_time is not None:
             raise ConfigError("Give start_offsets or start_time, not both", topic=topic)
         self.settings, self.topic, self.group_id = settings, topic, group_id
@@ -88,28 +94,38 @@ class TopicRange:
         self.starts = self._starts(admin, partitions, earliest)
         for partition, start in self.starts.items():
             if not earliest[partition] <= start <= self.ends[partition]:
-                raise SourceError("The start offset lies outside the partition", topic=self.topic,
-                                  partition=partition, offset=start, earliest=earliest[partition],
-                                  end=self.ends[partition])  # fmt: skip
+                raise SourceError(
+                    "The start offset lies outside the partition",
+                    topic=self.topic,
+                    partition=partition,
+                    offset=start,
+                    earliest=earliest[partition],
+                    end=self.ends[partition],
+                )
         _log.info("topic range topic=%s starts=%s ends=%s", self.topic, self.starts, self.ends)
 
     def _partitions(self) -> list[int]:
         try:
             metadata = self._consumer.list_topics(self.topic, timeout=self.idle_timeout_s)
         except KafkaException as exc:
-            raise SourceError(f"Cannot reach Kafka: {exc}", topic=self.topic,
-                              kafka=self.settings.describe()) from exc  # fmt: skip
+            raise SourceError(
+                f"Cannot reach Kafka: {exc}", topic=self.topic, kafka=self.settings.describe()
+            ) from exc
         topic = metadata.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
-            raise SourceError("The topic does not exist", topic=self.topic,
-                              kafka=self.settings.describe())  # fmt: skip
+            raise SourceError(
+                "The topic does not exist", topic=self.topic, kafka=self.settings.describe()
+            )
         return sorted(topic.partitions)
 
     def _list(self, admin: AdminClient, specs: Mapping[int, OffsetSpec]) -> dict[int, int]:
         """Offsets of ``specs`` as the broker lists them (read_committed: the stable end)."""
         request = {TP(self.topic, p): spec for p, spec in specs.items()}
-        futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
-                                     request_timeout=self.idle_timeout_s)  # fmt: skip
+        futures = admin.list_offsets(
+            request,
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=self.idle_timeout_s,
+        )
         try:
             return {tp.partition: f.result().offset for tp, f in futures.items()}
         except KafkaException as exc:
@@ -125,8 +141,12 @@ class TopicRange:
             return {p: self.ends[p] if found[p] < 0 else found[p] for p in partitions}
         unknown = set(self.start_offsets) - set(partitions)
         if unknown:
-            raise SourceError("The topic has no such partition", topic=self.topic,
-                              partition=min(unknown), partitions=len(partitions))  # fmt: skip
+            raise SourceError(
+                "The topic has no such partition",
+                topic=self.topic,
+                partition=min(unknown),
+                partitions=len(partitions),
+            )
         committed = self._committed(partitions) if self.group_id else {}
         return {p: self.start_offsets.get(p, committed.get(p, earliest[p])) for p in partitions}
 
@@ -135,8 +155,9 @@ class TopicRange:
         try:
             found = self._consumer.committed(tps, timeout=self.idle_timeout_s)
         except KafkaException as exc:
-            raise SourceError(f"Cannot read the group's offsets: {exc}", topic=self.topic,
-                              group=self.group_id) from exc  # fmt: skip
+            raise SourceError(
+                f"Cannot read the group's offsets: {exc}", topic=self.topic, group=self.group_id
+            ) from exc
         return {tp.partition: tp.offset for tp in found if tp.offset != OFFSET_INVALID}
 
     # -- reading ------------------------------------------------------------------------------
@@ -167,10 +188,14 @@ class TopicRange:
                     yield batch
             elif time.monotonic() - last_progress > self.idle_timeout_s:
                 first = min(todo)
-                raise SourceError("No message before the partition's end", topic=self.topic,
-                                  partition=first, offset=self._position(first),
-                                  end=self.ends[first],
-                                  idle_timeout_s=self.idle_timeout_s)  # fmt: skip
+                raise SourceError(
+                    "No message before the partition's end",
+                    topic=self.topic,
+                    partition=first,
+                    offset=self._position(first),
+                    end=self.ends[first],
+                    idle_timeout_s=self.idle_timeout_s,
+                )
         self._consumer.unassign()
 
     def _take(self, messages: list[Any], todo: dict[int, int]) -> pa.Table:
@@ -195,8 +220,12 @@ class TopicRange:
         for event in events:
             error, partition, offset = event.error(), event.partition(), event.offset()
             if error.code() != KafkaError._PARTITION_EOF:
-                raise SourceError(f"Consuming failed: {error.str()}", topic=self.topic,
-                                  partition=partition, offset=offset)  # fmt: skip
+                raise SourceError(
+                    f"Consuming failed: {error.str()}",
+                    topic=self.topic,
+                    partition=partition,
+                    offset=offset,
+                )
             if partition in todo and offset >= self.ends[partition]:
                 self._done(partition, todo)
 
@@ -232,8 +261,9 @@ class TopicRange:
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            raise SourceError(f"Cannot commit the offsets: {exc}", topic=self.topic,
-                              group=self.group_id) from exc  # fmt: skip
+            raise SourceError(
+                f"Cannot commit the offsets: {exc}", topic=self.topic, group=self.group_id
+            ) from exc
         return dict(self.ends)
 
     def close(self) -> None:

@@ -111,15 +111,24 @@ def describe(
     try:
         rows = connection.execute(f"DESCRIBE {target}").fetchall()
     except duckdb.Error as exc:
-        raise SourceError(f"DuckDB cannot describe the source: {exc}", table=name,
-                          sql=table_or_sql) from exc  # fmt: skip
+        raise SourceError(
+            f"DuckDB cannot describe the source: {exc}", table=name, sql=table_or_sql
+        ) from exc
     return value_schema_from_describe(name, namespace, rows)
 
 
 def _is_query(text: str) -> bool:
     head = text.lstrip().lstrip("(").lstrip().split(None, 1)
-    return bool(head) and head[0].lower() in {"select", "with", "from", "values", "table",
-                                              "pivot", "unpivot", "summarize"}  # fmt: skip
+    return bool(head) and head[0].lower() in {
+        "select",
+        "with",
+        "from",
+        "values",
+        "table",
+        "pivot",
+        "unpivot",
+        "summarize",
+    }
 
 
 def row_count(connection: duckdb.DuckDBPyConnection, table: str) -> int:

@@ -73,10 +73,13 @@ def check_keys(
     raise SourceError(
         f"Primary key violated: {duplicates} duplicate key(s), {nulls} row(s) with a null "
         f"key column; fix the source query (deduplicate or filter) or the declared key",
-        **context, key_columns=tuple(keys), duplicate_keys=duplicates or None,
-        duplicate_sample=duplicate_sample or None, null_keys=nulls or None,
+        **context,
+        key_columns=tuple(keys),
+        duplicate_keys=duplicates or None,
+        duplicate_sample=duplicate_sample or None,
+        null_keys=nulls or None,
         null_sample=null_sample or None,
-    )  # fmt: skip
+    )
 
 
 def source_sql(table_or_query: str) -> str:

@@ -31,11 +31,13 @@ def test_register_and_fetch_by_id_keeps_custom_properties(schema_registry_url):
     }
     subject = f"t_{uuid.uuid4().hex[:8]}-value"
 
-    registered = _call(f"{schema_registry_url}/subjects/{subject}/versions",
-                       {"schema": json.dumps(schema)})  # fmt: skip
+    registered = _call(
+        f"{schema_registry_url}/subjects/{subject}/versions", {"schema": json.dumps(schema)}
+    )
     fetched = json.loads(_call(f"{schema_registry_url}/schemas/ids/{registered['id']}")["schema"])
-    again = _call(f"{schema_registry_url}/subjects/{subject}/versions",
-                  {"schema": json.dumps(schema)})  # fmt: skip
+    again = _call(
+        f"{schema_registry_url}/subjects/{subject}/versions", {"schema": json.dumps(schema)}
+    )
 
     assert fetched["primaryKeys"] == ["O_ORDERKEY"]
     assert fetched["fields"][1]["sourceName"] == "REVENUE$"

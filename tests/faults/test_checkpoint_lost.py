@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def _rows(first: int, last: int, t: int) -> list[dict]:
-    return [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
-            for i in range(first, last + 1)]  # fmt: skip
+    return [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
+        for i in range(first, last + 1)
+    ]
 
 
 @pytest.fixture
@@ -37,8 +39,18 @@ def applied_then_checkpoint_lost(spark, kafka_bootstrap, new_topic, tmp_path, mo
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", topic, "--bootstrap-servers", kafka_bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        topic,
+        "--bootstrap-servers",
+        kafka_bootstrap,
+    ]
     produce_transaction(kafka_bootstrap, topic, schema, _rows(1, 3, 1))
     assert main(argv) == 0
     old_instance = txn.instance_id(str(ckpt))

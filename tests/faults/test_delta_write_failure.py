@@ -54,8 +54,10 @@ def unwritable(folder: Path) -> Iterator[None]:
 
 
 def _rows(first: int, last: int, t: int) -> list[dict]:
-    return [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
-            for i in range(first, last + 1)]  # fmt: skip
+    return [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
+        for i in range(first, last + 1)
+    ]
 
 
 def _ids(spark, table: Path) -> Counter:
@@ -77,9 +79,18 @@ def test_a_table_that_cannot_commit_fails_the_batch_and_a_restart_applies_every_
     publish_schemas(kafka_bootstrap, items_topic, schemas, items)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", f"{orders_topic}|{items_topic}",
-            "--bootstrap-servers", kafka_bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        f"{orders_topic}|{items_topic}",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+    ]
     orders_table, items_table = lake / "SHOP" / "ORDERS", lake / "SHOP" / "ITEMS"
 
     produce_transaction(kafka_bootstrap, orders_topic, orders, _rows(1, 3, 1))

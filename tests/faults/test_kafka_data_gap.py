@@ -25,8 +25,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def _rows(first: int, last: int, t: int) -> list[dict]:
-    return [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
-            for i in range(first, last + 1)]  # fmt: skip
+    return [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
+        for i in range(first, last + 1)
+    ]
 
 
 def _delete_before(admin: AdminClient, topic: str, offset: int) -> int:
@@ -64,8 +66,18 @@ def _gap_scenario(spark, bootstrap, admin, new_topic, tmp_path, monkeypatch) -> 
     publish_schemas(bootstrap, topic, schemas, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", topic, "--bootstrap-servers", bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        topic,
+        "--bootstrap-servers",
+        bootstrap,
+    ]
 
     produce_transaction(bootstrap, topic, schema, _rows(1, 3, 1))
     assert main(argv) == 0
@@ -98,8 +110,9 @@ def test_records_deleted_before_the_writer_read_them_stop_it_every_time(
     # lakehouse_writer.data_loss reads it from the real trace, with Kafka and without
     cause = data_gap_cause(gap.trace, {"bootstrap.servers": kafka_bootstrap})
     assert cause is not None
-    assert (f"topic {gap.topic} partition 0 no longer holds offsets {gap.first_lost} to "
-            f"{gap.last_lost}") in cause, cause  # fmt: skip
+    assert (
+        f"topic {gap.topic} partition 0 no longer holds offsets {gap.first_lost} to {gap.last_lost}"
+    ) in cause, cause
     assert data_gap_cause(gap.trace) is not None  # without Kafka: the first lost offset
 
 
@@ -118,18 +131,27 @@ def test_the_status_of_a_writer_stopped_by_a_gap_names_the_lost_offsets(
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("Could not read records in offset [4, 12) for topic partition orders-v2-0 with",
-         DataGap("orders-v2", 0, 4)),
-        ("Cannot fetch offset 7 (GroupId: g-1, TopicPartition: orders-3). Some data",
-         DataGap("orders", 3, 7)),
-        ("Fetch position FetchPosition{offset=4, offsetEpoch=Optional.empty, currentLeader="
-         "LeaderAndEpoch{leader=Optional[h:1 (id: 1 rack: null)], epoch=0}} is out of range "
-         "for partition a_b-1", DataGap("a_b", 1, 4)),
-        ("Partition orders-0's offset was changed from 12 to 3, some data may have been "
-         "missed.", DataGap("orders", 0, 12, 3, went_back=True)),
+        (
+            "Could not read records in offset [4, 12) for topic partition orders-v2-0 with",
+            DataGap("orders-v2", 0, 4),
+        ),
+        (
+            "Cannot fetch offset 7 (GroupId: g-1, TopicPartition: orders-3). Some data",
+            DataGap("orders", 3, 7),
+        ),
+        (
+            "Fetch position FetchPosition{offset=4, offsetEpoch=Optional.empty, currentLeader="
+            "LeaderAndEpoch{leader=Optional[h:1 (id: 1 rack: null)], epoch=0}} is out of range "
+            "for partition a_b-1",
+            DataGap("a_b", 1, 4),
+        ),
+        (
+            "Partition orders-0's offset was changed from 12 to 3, some data may have been missed.",
+            DataGap("orders", 0, 12, 3, went_back=True),
+        ),
         ("ParentNotDirectoryException: Parent path is not a directory", None),
     ],
     ids=["read-range", "cannot-fetch", "out-of-range", "went-back", "not-a-gap"],
-)  # fmt: skip
+)
 def test_a_gap_is_found_in_what_spark_and_kafka_say(text, expected):
     assert find_gap(text) == expected

@@ -35,8 +35,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("no mount command on this machine")
     done = subprocess.run(  # noqa: S603
         ["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount_point)],  # noqa: S607
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.strip()}")
     try:
@@ -59,8 +61,10 @@ def fill(folder: Path) -> Path:
 
 
 def _rows(first: int, last: int, t: int) -> list[dict]:
-    return [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
-            for i in range(first, last + 1)]  # fmt: skip
+    return [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + t}
+        for i in range(first, last + 1)
+    ]
 
 
 def test_a_full_lakehouse_disk_fails_the_batch_and_a_restart_applies_every_row_once(
@@ -71,8 +75,18 @@ def test_a_full_lakehouse_disk_fails_the_batch_and_a_restart_applies_every_row_o
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = small_disk, tmp_path / "ckpt"
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", topic, "--bootstrap-servers", kafka_bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        topic,
+        "--bootstrap-servers",
+        kafka_bootstrap,
+    ]
     table = lake / "SHOP" / "ORDERS"
 
     produce_transaction(kafka_bootstrap, topic, schema, _rows(1, 3, 1))

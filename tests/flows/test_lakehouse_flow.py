@@ -31,8 +31,12 @@ def lake(spark, tmp_path, monkeypatch, kafka_bootstrap, new_topic):
     customers = [(k, s) for k, s in CUSTOMERS]
     write(spark, tmp_path / "tpch" / "customer", customers, "c_custkey BIGINT, c_mktsegment STRING")
     orders = [(k, c, Decimal(p)) for k, c, p in ORDERS]
-    write(spark, tmp_path / "tpch" / "orders", orders,
-          "o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(15,2)")  # fmt: skip
+    write(
+        spark,
+        tmp_path / "tpch" / "orders",
+        orders,
+        "o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(15,2)",
+    )
     return tmp_path
 
 
@@ -48,14 +52,19 @@ def test_initial_then_delta_publishes_only_changed_segments(lake, spark, kafka_b
     assert first.rows == {"lakehouse.revenue_by_segment": 4}  # TRUNCATE + 3 segments
     rows = published(kafka_bootstrap)
     assert sorted(rows[1:]) == [
-        ("R", "AUTOMOBILE", 1, Decimal("100.00")), ("R", "BUILDING", 2, Decimal("75.75")),
+        ("R", "AUTOMOBILE", 1, Decimal("100.00")),
+        ("R", "BUILDING", 2, Decimal("75.75")),
         ("R", "MACHINERY", 1, Decimal("7.00")),
-    ]  # fmt: skip
+    ]
 
     # a new BUILDING order, and the only MACHINERY order goes away
     orders = [(k, c, Decimal(p)) for k, c, p in [*ORDERS[:3], (14, 3, "1.25")]]
-    write(spark, lake / "tpch" / "orders", orders,
-          "o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(15,2)")  # fmt: skip
+    write(
+        spark,
+        lake / "tpch" / "orders",
+        orders,
+        "o_orderkey BIGINT, o_custkey BIGINT, o_totalprice DECIMAL(15,2)",
+    )
     delta = asyncio.run(LakehouseFlow().run("delta"))
     assert delta.delta_pointer["versions"] == {"orders": 1, "customer": 0}
     assert published(kafka_bootstrap)[len(rows) :] == [

@@ -43,8 +43,12 @@ def shop(monkeypatch, postgres_dsn, kafka_bootstrap, kafka_admin):
     monkeypatch.setenv("KAFKA_TOPIC_PARTITIONS", "2")
     monkeypatch.setenv("POSTGRES_FLOW_DSN", postgres_dsn)
     monkeypatch.setenv("POSTGRES_FLOW_TOPIC_PREFIX", prefix)
-    yield SimpleNamespace(dsn=postgres_dsn, prefix=prefix, bootstrap=kafka_bootstrap,
-                          dataflow=f"test_{uuid.uuid4().hex[:8]}")  # fmt: skip
+    yield SimpleNamespace(
+        dsn=postgres_dsn,
+        prefix=prefix,
+        bootstrap=kafka_bootstrap,
+        dataflow=f"test_{uuid.uuid4().hex[:8]}",
+    )
     topics = [prefix + table for table in ("customers", "orders")]
     created = [t for t in topics if t in kafka_admin.list_topics(timeout=10).topics]
     for future in (kafka_admin.delete_topics(created) if created else {}).values():
@@ -66,16 +70,22 @@ def published(shop: SimpleNamespace, table: str) -> list[dict]:
 
 
 def newest_stamp(dsn: str) -> str:
-    (stamp,) = source(dsn, "SELECT greatest((SELECT max(updated_at) FROM shop.customers), "
-                      "(SELECT max(updated_at) FROM shop.orders), "
-                      "(SELECT max(deleted_at) FROM shop.orders_deleted))")[0]  # fmt: skip
+    (stamp,) = source(
+        dsn,
+        "SELECT greatest((SELECT max(updated_at) FROM shop.customers), "
+        "(SELECT max(updated_at) FROM shop.orders), "
+        "(SELECT max(deleted_at) FROM shop.orders_deleted))",
+    )[0]
     return stamp
 
 
 def value_schema(shop: SimpleNamespace, table: str) -> ValueSchema:
     records = [json.loads(m.value()) for m in consume_all(shop.bootstrap, "_flow_schemas")]
-    (schema,) = {json.dumps(r["schema"]) for r in records
-                 if r["topic"] == shop.prefix + table and r["kind"] == "value"}  # fmt: skip
+    (schema,) = {
+        json.dumps(r["schema"])
+        for r in records
+        if r["topic"] == shop.prefix + table and r["kind"] == "value"
+    }
     return ValueSchema.from_avro_json(schema)
 
 
@@ -94,7 +104,8 @@ def test_initial_load_is_one_snapshot_with_keys_and_comments_from_the_catalog(sh
     schema = value_schema(shop, "orders")
     assert schema.pks == ("order_id",)
     assert [(fk.columns, fk.ref_table) for fk in schema.foreign_keys] == [
-        (("customer_id",), "customers")]  # fmt: skip
+        (("customer_id",), "customers")
+    ]
     assert schema.doc == "Orders of the web shop, one row per order"
     assert schema.field("amount").doc == "Order total in EUR"
 
@@ -116,8 +127,11 @@ def test_delta_publishes_exactly_the_changes_and_deletes_then_nothing(shop):
     assert {(v["customer_id"], v["country"]) for v in customers} == {(2, "BE"), (6, None)}
 
     key = f"postgres_orders|{shop.dataflow}|0".encode()
-    logged = [json.loads(m.value()) for m in consume_all(shop.bootstrap, EXECUTION_LOG_TOPIC)
-              if m.key() == key][-1]  # fmt: skip
+    logged = [
+        json.loads(m.value())
+        for m in consume_all(shop.bootstrap, EXECUTION_LOG_TOPIC)
+        if m.key() == key
+    ][-1]
     assert (logged["status"], logged["delta_pointer"]) == ("COMPLETED", delta.delta_pointer)
     assert (logged["commit_id"], logged["rows"]) == (delta.commit_id, delta.rows)
 

@@ -29,13 +29,18 @@ def shop(monkeypatch, kafka_bootstrap, kafka_admin):
     """A fresh shop API, an own topic and an own dataflow (own pointer) per test."""
     topic = f"t_restflow_{uuid.uuid4().hex[:8]}.orders"
     with ShopApi(orders=250) as api:
-        for name, value in {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-                            "KAFKA_TOPIC_PARTITIONS": "2", "REST_FLOW_BASE_URL": api.url,
-                            "REST_FLOW_TOPIC": topic, "REST_FLOW_PAGE_SIZE": str(PAGE_SIZE),
-                            "REST_FLOW_CONCURRENCY": str(CONCURRENCY)}.items():  # fmt: skip
+        for name, value in {
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "KAFKA_TOPIC_PARTITIONS": "2",
+            "REST_FLOW_BASE_URL": api.url,
+            "REST_FLOW_TOPIC": topic,
+            "REST_FLOW_PAGE_SIZE": str(PAGE_SIZE),
+            "REST_FLOW_CONCURRENCY": str(CONCURRENCY),
+        }.items():
             monkeypatch.setenv(name, value)
-        yield SimpleNamespace(api=api, topic=topic, bootstrap=kafka_bootstrap,
-                              dataflow=f"test_{uuid.uuid4().hex[:8]}")  # fmt: skip
+        yield SimpleNamespace(
+            api=api, topic=topic, bootstrap=kafka_bootstrap, dataflow=f"test_{uuid.uuid4().hex[:8]}"
+        )
     if topic in kafka_admin.list_topics(timeout=10).topics:
         kafka_admin.delete_topics([topic])[topic].result(timeout=30)
 
@@ -63,8 +68,10 @@ def test_initial_load_reads_pages_concurrently_and_retries_throttling(shop):
     assert shop.api.failures == 2  # both retried: every page served once, none lost
     assert shop.api.requests == Counter({0: 1, **{page: 1 for page in range(1, 14)}})
     assert 1 < shop.api.max_in_flight <= CONCURRENCY
-    assert result.delta_pointer == {"updated_at": shop.api.newest().isoformat(),
-                                    "ids": list(range(241, 251))}  # fmt: skip
+    assert result.delta_pointer == {
+        "updated_at": shop.api.newest().isoformat(),
+        "ids": list(range(241, 251)),
+    }
 
 
 def test_delta_publishes_exactly_the_changed_orders_then_nothing(shop):
@@ -74,16 +81,21 @@ def test_delta_publishes_exactly_the_changed_orders_then_nothing(shop):
     shop.api.put(251, later + timedelta(seconds=1), customer_id=9, amount="99.90")
     delta = run(shop, "delta")
     assert delta.rows == {"shop_api.orders": 2}
-    assert delta.delta_pointer == {"updated_at": (later + timedelta(seconds=1)).isoformat(),
-                                   "ids": [251]}  # fmt: skip
+    assert delta.delta_pointer == {
+        "updated_at": (later + timedelta(seconds=1)).isoformat(),
+        "ids": [251],
+    }
     upserts = {v["id"]: v for v in published(shop, "A")}
     assert set(upserts) == {5, 251}
     assert upserts[5]["status"] == "cancelled" and upserts[5]["updated_at"] == later
     assert upserts[251]["amount"] == Decimal("99.90")
 
     key = f"rest_orders|{shop.dataflow}|0".encode()
-    logged = [json.loads(m.value()) for m in consume_all(shop.bootstrap, EXECUTION_LOG_TOPIC)
-              if m.key() == key][-1]  # fmt: skip
+    logged = [
+        json.loads(m.value())
+        for m in consume_all(shop.bootstrap, EXECUTION_LOG_TOPIC)
+        if m.key() == key
+    ][-1]
     assert (logged["status"], logged["delta_pointer"]) == ("COMPLETED", delta.delta_pointer)
     assert (logged["commit_id"], logged["rows"]) == (delta.commit_id, delta.rows)
 
@@ -98,8 +110,10 @@ def test_an_order_stamped_at_the_pointer_but_visible_late_is_not_lost(shop):
     delta = run(shop, "delta")
     assert delta.rows == {"shop_api.orders": 1}
     assert [(v["id"], v["status"]) for v in published(shop, "A")] == [(7, "paid")]
-    assert delta.delta_pointer == {"updated_at": initial.delta_pointer["updated_at"],
-                                   "ids": [7, *range(241, 251)]}  # fmt: skip
+    assert delta.delta_pointer == {
+        "updated_at": initial.delta_pointer["updated_at"],
+        "ids": [7, *range(241, 251)],
+    }
     assert run(shop, "delta").rows == {}
 
 

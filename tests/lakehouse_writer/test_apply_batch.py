@@ -27,40 +27,49 @@ def orders(spark, tmp_path):
 
 
 def _rejected(result):
-    return [] if result.rejected is None else [
-        (r.offset, r.error) for r in result.rejected.collect()
-    ]  # fmt: skip
+    return (
+        [] if result.rejected is None else [(r.offset, r.error) for r in result.rejected.collect()]
+    )
 
 
 def test_upserts_keep_the_latest_row_and_never_overwrite_newer_rows(spark, orders):
     apply, table = orders
-    apply([
-        {"ID": 1, "NAME": "a", "__change_type": "I", "t": 10},
-        {"ID": 1, "NAME": "a2", "__change_type": "U", "t": 10},  # same tx, later offset wins
-        {"ID": 2, "NAME": "b", "__change_type": "A", "t": 10},
-    ], 0)  # fmt: skip
-    apply([
-        {"ID": 1, "NAME": "stale", "__change_type": "U", "t": 5},  # older than stored: ignored
-        {"ID": 2, "NAME": "b2", "__change_type": "U", "t": 11},
-        {"ID": 3, "NAME": "c", "__change_type": "I", "t": 11},
-        {"ID": 3, "NAME": "c", "__change_type": "I", "t": 11},  # duplicate: MERGE must not fail
-    ], 1)  # fmt: skip
+    apply(
+        [
+            {"ID": 1, "NAME": "a", "__change_type": "I", "t": 10},
+            {"ID": 1, "NAME": "a2", "__change_type": "U", "t": 10},  # same tx, later offset wins
+            {"ID": 2, "NAME": "b", "__change_type": "A", "t": 10},
+        ],
+        0,
+    )
+    apply(
+        [
+            {"ID": 1, "NAME": "stale", "__change_type": "U", "t": 5},  # older than stored: ignored
+            {"ID": 2, "NAME": "b2", "__change_type": "U", "t": 11},
+            {"ID": 3, "NAME": "c", "__change_type": "I", "t": 11},
+            {"ID": 3, "NAME": "c", "__change_type": "I", "t": 11},  # duplicate: MERGE must not fail
+        ],
+        1,
+    )
     assert table_rows(spark, table.path) == [(1, "a2"), (2, "b2"), (3, "c")]
 
 
 def test_deletes_archive_and_before_images_that_move_a_key(spark, orders):
     apply, table = orders
     apply([{"ID": i, "NAME": f"n{i}", "__change_type": "I", "t": 1} for i in range(1, 7)], 0)
-    result = apply([
-        {"ID": 1, "NAME": "n1", "__change_type": "D", "t": 2},
-        {"ID": 2, "__change_type": "X", "t": 2},
-        {"ID": 3, "NAME": "x", "__change_type": "P", "t": 2},  # payload kept, marked P
-        {"ID": 4, "NAME": "n4", "__change_type": "B", "t": 2, "__source_rowid": "r4"},
-        {"ID": 40, "NAME": "moved", "__change_type": "U", "t": 2, "__source_rowid": "r4"},
-        {"ID": 5, "NAME": "n5", "__change_type": "B", "t": 2},  # pair: next offset, same key
-        {"ID": 5, "NAME": "n5b", "__change_type": "U", "t": 2},
-        {"ID": 6, "__change_type": "D", "t": 0},  # older than the stored row: ignored
-    ], 1)  # fmt: skip
+    result = apply(
+        [
+            {"ID": 1, "NAME": "n1", "__change_type": "D", "t": 2},
+            {"ID": 2, "__change_type": "X", "t": 2},
+            {"ID": 3, "NAME": "x", "__change_type": "P", "t": 2},  # payload kept, marked P
+            {"ID": 4, "NAME": "n4", "__change_type": "B", "t": 2, "__source_rowid": "r4"},
+            {"ID": 40, "NAME": "moved", "__change_type": "U", "t": 2, "__source_rowid": "r4"},
+            {"ID": 5, "NAME": "n5", "__change_type": "B", "t": 2},  # pair: next offset, same key
+            {"ID": 5, "NAME": "n5b", "__change_type": "U", "t": 2},
+            {"ID": 6, "__change_type": "D", "t": 0},  # older than the stored row: ignored
+        ],
+        1,
+    )
     assert result.rejected is None or _rejected(result) == []
     got = table_rows(spark, table.path, ("ID", "NAME", "__change_type"))
     assert got == [(3, "n3", "P"), (5, "n5b", "U"), (6, "n6", "I"), (40, "moved", "U")]
@@ -68,32 +77,47 @@ def test_deletes_archive_and_before_images_that_move_a_key(spark, orders):
 
 def test_truncate_in_a_batch_drops_older_rows_and_keeps_its_own_transaction(spark, orders):
     apply, table = orders
-    apply([
-        {"ID": 1, "REGION": "A", "__change_type": "I", "t": 1},
-        {"ID": 2, "REGION": "B", "__change_type": "I", "t": 1},
-    ], 0)  # fmt: skip
-    apply([
-        {"ID": 3, "REGION": "A", "__change_type": "I", "t": 2},  # tx1 of this batch
-        {"ID": 4, "REGION": "B", "__change_type": "I", "t": 2},
-        {"ID": 9, "__change_type": "T", "t": 3, "__truncate": {"REGION": "A"}},  # tx2
-        {"ID": 5, "REGION": "A", "__change_type": "R", "t": 3},
-        {"ID": 6, "REGION": "A", "__change_type": "I", "t": 4, "partition": 1},  # tx3
-    ], 1)  # fmt: skip
+    apply(
+        [
+            {"ID": 1, "REGION": "A", "__change_type": "I", "t": 1},
+            {"ID": 2, "REGION": "B", "__change_type": "I", "t": 1},
+        ],
+        0,
+    )
+    apply(
+        [
+            {"ID": 3, "REGION": "A", "__change_type": "I", "t": 2},  # tx1 of this batch
+            {"ID": 4, "REGION": "B", "__change_type": "I", "t": 2},
+            {"ID": 9, "__change_type": "T", "t": 3, "__truncate": {"REGION": "A"}},  # tx2
+            {"ID": 5, "REGION": "A", "__change_type": "R", "t": 3},
+            {"ID": 6, "REGION": "A", "__change_type": "I", "t": 4, "partition": 1},  # tx3
+        ],
+        1,
+    )
     assert table_rows(spark, table.path, ("ID", "REGION")) == [
-        (2, "B"), (4, "B"), (5, "A"), (6, "A")
-    ]  # fmt: skip
+        (2, "B"),
+        (4, "B"),
+        (5, "A"),
+        (6, "A"),
+    ]
 
 
 def test_truncate_scope_with_null_value_and_unknown_column(spark, orders):
     apply, table = orders
-    apply([
-        {"ID": 1, "REGION": None, "__change_type": "I", "t": 1},
-        {"ID": 2, "REGION": "B", "__change_type": "I", "t": 1},
-    ], 0)  # fmt: skip
-    result = apply([
-        {"ID": 0, "__change_type": "T", "t": 2, "__truncate": {"REGION": None}},
-        {"ID": 0, "__change_type": "T", "t": 3, "__truncate": {"NOPE": "x"}},
-    ], 1)  # fmt: skip
+    apply(
+        [
+            {"ID": 1, "REGION": None, "__change_type": "I", "t": 1},
+            {"ID": 2, "REGION": "B", "__change_type": "I", "t": 1},
+        ],
+        0,
+    )
+    result = apply(
+        [
+            {"ID": 0, "__change_type": "T", "t": 2, "__truncate": {"REGION": None}},
+            {"ID": 0, "__change_type": "T", "t": 3, "__truncate": {"NOPE": "x"}},
+        ],
+        1,
+    )
     assert table_rows(spark, table.path, ("ID", "REGION")) == [(2, "B")]
     assert [e for _, e in _rejected(result)] == ["TRUNCATE scope names unknown columns: NOPE"]
 
@@ -101,9 +125,11 @@ def test_truncate_scope_with_null_value_and_unknown_column(spark, orders):
 def test_replace_after_unscoped_truncate_appends_into_the_empty_table(spark, orders):
     apply, table = orders
     apply([{"ID": i, "NAME": "old", "__change_type": "I", "t": 1} for i in range(5)], 0)
-    reload = [{"ID": 0, "__change_type": "T", "t": 2}] + [
-        {"ID": i, "NAME": "new", "__change_type": "R", "t": 2} for i in range(3)
-    ] + [{"ID": 2, "NAME": "newer", "__change_type": "R", "t": 2}]  # fmt: skip
+    reload = (
+        [{"ID": 0, "__change_type": "T", "t": 2}]
+        + [{"ID": i, "NAME": "new", "__change_type": "R", "t": 2} for i in range(3)]
+        + [{"ID": 2, "NAME": "newer", "__change_type": "R", "t": 2}]
+    )
     result = apply(reload, 1)
     assert result.fast_path
     assert table_rows(spark, table.path) == [(0, "new"), (1, "new"), (2, "newer")]
@@ -112,8 +138,11 @@ def test_replace_after_unscoped_truncate_appends_into_the_empty_table(spark, ord
 
 
 def _files_on_disk(path: str) -> set[str]:
-    return {p.relative_to(path).as_posix() for p in Path(path).rglob("*.parquet")
-            if "_delta_log" not in p.parts}  # fmt: skip
+    return {
+        p.relative_to(path).as_posix()
+        for p in Path(path).rglob("*.parquet")
+        if "_delta_log" not in p.parts
+    }
 
 
 def _files_ever_added(path: str) -> set[str]:
@@ -158,15 +187,34 @@ def test_gdpr_delete_leaves_no_data_file_with_the_row(spark, orders):
 def test_append_only_table_appends_truncates_and_rejects_deletes(spark, tmp_path):
     schema = sample_schema(name="LOG", keyed=False)
     table = TableManager(spark, str(tmp_path / "lake")).ensure(schema)
-    apply_batch(rows_df(spark, schema, [
-        {"ID": 1, "__change_type": "I", "t": 1}, {"ID": 1, "__change_type": "I", "t": 1},
-    ]), 0, table, "w")  # fmt: skip
-    result = apply_batch(rows_df(spark, schema, [
-        {"ID": 0, "__change_type": "T", "t": 2},
-        {"ID": 2, "__change_type": "R", "t": 2},
-        {"ID": 2, "__change_type": "D", "t": 2},
-        {"ID": 2, "__change_type": "Q", "t": 2},
-    ]), 1, table, "w")  # fmt: skip
+    apply_batch(
+        rows_df(
+            spark,
+            schema,
+            [
+                {"ID": 1, "__change_type": "I", "t": 1},
+                {"ID": 1, "__change_type": "I", "t": 1},
+            ],
+        ),
+        0,
+        table,
+        "w",
+    )
+    result = apply_batch(
+        rows_df(
+            spark,
+            schema,
+            [
+                {"ID": 0, "__change_type": "T", "t": 2},
+                {"ID": 2, "__change_type": "R", "t": 2},
+                {"ID": 2, "__change_type": "D", "t": 2},
+                {"ID": 2, "__change_type": "Q", "t": 2},
+            ],
+        ),
+        1,
+        table,
+        "w",
+    )
     assert table.append_only
     assert table_rows(spark, table.path, ("ID",)) == [(2,)]
     errors = sorted(_rejected(result))
@@ -176,14 +224,21 @@ def test_append_only_table_appends_truncates_and_rejects_deletes(spark, tmp_path
 
 def test_late_rows_of_older_transactions_die_by_an_applied_truncate(spark, orders):
     apply, table = orders
-    first = apply([
-        {"ID": 0, "__change_type": "T", "t": 5},
-        {"ID": 1, "NAME": "reload", "__change_type": "R", "t": 5},
-    ], 0)  # fmt: skip
-    apply([
-        {"ID": 2, "NAME": "late, older than the truncate", "__change_type": "I", "t": 4},
-        {"ID": 3, "NAME": "newer", "__change_type": "I", "t": 6},
-    ], 1, applied=first.truncates)  # fmt: skip
+    first = apply(
+        [
+            {"ID": 0, "__change_type": "T", "t": 5},
+            {"ID": 1, "NAME": "reload", "__change_type": "R", "t": 5},
+        ],
+        0,
+    )
+    apply(
+        [
+            {"ID": 2, "NAME": "late, older than the truncate", "__change_type": "I", "t": 4},
+            {"ID": 3, "NAME": "newer", "__change_type": "I", "t": 6},
+        ],
+        1,
+        applied=first.truncates,
+    )
     assert table_rows(spark, table.path) == [(1, "reload"), (3, "newer")]
 
 

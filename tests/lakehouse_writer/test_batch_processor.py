@@ -68,10 +68,15 @@ def lake(spark, kafka_bootstrap, new_topic, tmp_path):
     for topic, schema in (("orders", ORDERS), ("customers", CUSTOMERS), ("orders", ORDERS_V2)):
         publish_schemas(kafka_bootstrap, topic, schemas, schema)
     path, checkpoint = str(tmp_path / "lake"), str(tmp_path / "ckpt")
-    settings = LakehouseSettings(**writer_env(
-        path, checkpoint, kafka_bootstrap, LAKEHOUSE_SCHEMAS_TOPIC=schemas,
-        LAKEHOUSE_TOPICS_REGEX="orders|customers|_commits|_execution_log|_lineage",
-    ))  # fmt: skip
+    settings = LakehouseSettings(
+        **writer_env(
+            path,
+            checkpoint,
+            kafka_bootstrap,
+            LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+            LAKEHOUSE_TOPICS_REGEX="orders|customers|_commits|_execution_log|_lineage",
+        )
+    )
 
     def make(warm: bool = False, **more: object) -> BatchProcessor:
         return BatchProcessor(spark, settings.model_copy(update=more), "instance-1", warm)
@@ -91,8 +96,7 @@ def _version(spark, path) -> int:
 
 
 def _orders(*ids, t=1, kind="I"):
-    return [{"ID": i, "NAME": f"n{i}", "__change_type": kind, "__change_time": T0 + t}
-            for i in ids]  # fmt: skip
+    return [{"ID": i, "NAME": f"n{i}", "__change_type": kind, "__change_time": T0 + t} for i in ids]
 
 
 def _customer(cid, t=1):
@@ -106,12 +110,15 @@ def test_commit_row_waits_for_all_its_rows_and_survives_restarts(spark, lake, mo
     p1 = row_messages("orders", ORDERS, _orders(3, 4), partition=1)
     c0 = row_messages("customers", CUSTOMERS, [_customer(7)])
     commit = commit_message(
-        "_commits", 0, T0 + 1, ends=[("orders", 0, 0, 1), ("orders", 1, 0, 1),
-                                     ("customers", 0, 0, 0)],
+        "_commits",
+        0,
+        T0 + 1,
+        ends=[("orders", 0, 0, 1), ("orders", 1, 0, 1), ("customers", 0, 0, 0)],
         tables=[("orders", "SHOP.ORDERS", 4), ("customers", "SHOP.CUSTOMERS", 1)],
-    )  # fmt: skip
-    foreign = commit_message("_commits", 1, T0 + 1, ends=[("elsewhere", 0, 0, 9)],
-                             tables=[("elsewhere", "X.Y", 10)])  # fmt: skip
+    )
+    foreign = commit_message(
+        "_commits", 1, T0 + 1, ends=[("elsewhere", 0, 0, 9)], tables=[("elsewhere", "X.Y", 10)]
+    )
     garbage = ("_commits", 0, 2, b"k", b"not json")
     commits_path = f"{path}/_commits"
 
@@ -145,8 +152,9 @@ def test_commit_row_waits_for_all_its_rows_and_survives_restarts(spark, lake, mo
 
     # a crash after `_commits` was written but before the state: the replay writes it once
     late = row_messages("orders", ORDERS, _orders(5, t=2), partition=0, first_offset=3)
-    second = commit_message("_commits", 3, T0 + 2, ends=[("orders", 0, 3, 3)],
-                            tables=[("orders", "SHOP.ORDERS", 1)])  # fmt: skip
+    second = commit_message(
+        "_commits", 3, T0 + 2, ends=[("orders", 0, 3, 3)], tables=[("orders", "SHOP.ORDERS", 1)]
+    )
     monkeypatch.setattr(StateStore, "append", _crash)
     with pytest.raises(RuntimeError, match="crash"):
         make()(kafka_rows(spark, [*late, second]), 3)
@@ -173,19 +181,31 @@ def test_incompatible_schema_stops_only_that_table_also_after_a_restart(spark, l
     )
     bad = {"ID": 2, "AMOUNT": "12,50 EUR", "__change_type": "I", "__change_time": T0 + 2}
     with caplog.at_level(logging.ERROR, logger="lakehouse_writer"):
-        first(kafka_rows(spark, [
-            *row_messages("orders", ORDERS_V2, [bad], first_offset=1),
-            *row_messages("orders", ORDERS, _orders(3, t=2), first_offset=2),
-            *row_messages("customers", CUSTOMERS, [_customer(2, t=2)], first_offset=1),
-        ]), 1)  # fmt: skip
+        first(
+            kafka_rows(
+                spark,
+                [
+                    *row_messages("orders", ORDERS_V2, [bad], first_offset=1),
+                    *row_messages("orders", ORDERS, _orders(3, t=2), first_offset=2),
+                    *row_messages("customers", CUSTOMERS, [_customer(2, t=2)], first_offset=1),
+                ],
+            ),
+            1,
+        )
     assert "table stopped table=SHOP.ORDERS" in caplog.text
     assert "incompatible column type" in caplog.text
 
     restarted = make()  # a new process must not resume the stopped table
-    restarted(kafka_rows(spark, [
-        *row_messages("orders", ORDERS, _orders(4, t=3), first_offset=3),
-        *row_messages("customers", CUSTOMERS, [_customer(3, t=3)], first_offset=2),
-    ]), 2)  # fmt: skip
+    restarted(
+        kafka_rows(
+            spark,
+            [
+                *row_messages("orders", ORDERS, _orders(4, t=3), first_offset=3),
+                *row_messages("customers", CUSTOMERS, [_customer(3, t=3)], first_offset=2),
+            ],
+        ),
+        2,
+    )
 
     assert [r.ID for r in _read(spark, f"{path}/SHOP/ORDERS").collect()] == [1]
     customers = sorted(r.CID for r in _read(spark, f"{path}/SHOP/CUSTOMERS").collect())
@@ -202,19 +222,44 @@ def test_incompatible_schema_stops_only_that_table_also_after_a_restart(spark, l
 def test_execution_log_and_lineage_records_land_parsed(spark, lake):
     make, path, _ = lake
     record = ExecutionRecord(
-        run_id="run-1", function_name="shop_flow", dataflow="ORDERS", partition="0",
-        status="COMPLETED", load="delta", started_at="2024-05-01T10:00:00.000000+00:00",
-        finished_at="2024-05-01T10:00:05.250000+00:00", rows={"SHOP.ORDERS": 3},
-        delta_pointer={"since": "2024-05-01"}, commit_id="c-1",
-    )  # fmt: skip
-    lineage = derive_lineage("select o.ID, upper(o.NAME) as NAME from shop.orders o",
-                             "SHOP.ORDERS_CLEAN", output_columns=["ID", "NAME"])  # fmt: skip
+        run_id="run-1",
+        function_name="shop_flow",
+        dataflow="ORDERS",
+        partition="0",
+        status="COMPLETED",
+        load="delta",
+        started_at="2024-05-01T10:00:00.000000+00:00",
+        finished_at="2024-05-01T10:00:05.250000+00:00",
+        rows={"SHOP.ORDERS": 3},
+        delta_pointer={"since": "2024-05-01"},
+        commit_id="c-1",
+    )
+    lineage = derive_lineage(
+        "select o.ID, upper(o.NAME) as NAME from shop.orders o",
+        "SHOP.ORDERS_CLEAN",
+        output_columns=["ID", "NAME"],
+    )
     document = json.dumps(lineage.to_json("c-1")).encode()
-    started = replace(record, run_id="run-2", status="STARTED", finished_at=None, rows={},
-                      delta_pointer="2024-05-01", commit_id=None)  # fmt: skip
-    make()(kafka_rows(spark, [("_execution_log", 0, 5, *record.encode()),
-                              ("_execution_log", 0, 6, *started.encode()),
-                              ("_lineage", 0, 9, b"SHOP.ORDERS_CLEAN", document)]), 0)  # fmt: skip
+    started = replace(
+        record,
+        run_id="run-2",
+        status="STARTED",
+        finished_at=None,
+        rows={},
+        delta_pointer="2024-05-01",
+        commit_id=None,
+    )
+    make()(
+        kafka_rows(
+            spark,
+            [
+                ("_execution_log", 0, 5, *record.encode()),
+                ("_execution_log", 0, 6, *started.encode()),
+                ("_lineage", 0, 9, b"SHOP.ORDERS_CLEAN", document),
+            ],
+        ),
+        0,
+    )
 
     log_table = _read(spark, f"{path}/_execution_log").withColumn(
         "started_us", F.unix_micros("started_at")
@@ -240,8 +285,11 @@ def test_execution_log_and_lineage_records_land_parsed(spark, lake):
 
     doc = _read(spark, f"{path}/_lineage").collect()
     assert len(doc) == 1
-    assert (doc[0].target, doc[0].commit_id, doc[0].dialect) == ("SHOP.ORDERS_CLEAN", "c-1",
-                                                                "duckdb")  # fmt: skip
+    assert (doc[0].target, doc[0].commit_id, doc[0].dialect) == (
+        "SHOP.ORDERS_CLEAN",
+        "c-1",
+        "duckdb",
+    )
     assert list(doc[0].sources) == list(lineage.sources)
     columns = {c.target: c for c in doc[0].columns}
     assert columns["ID"].kind == "copy" and columns["NAME"].kind == "expression"
@@ -264,8 +312,9 @@ def test_a_running_writer_builds_the_state_of_a_merged_table_between_batches(spa
     orders = f"{path}/SHOP/ORDERS"
 
     def state_built() -> bool:
-        return bool(jvm_delta_log(spark, orders).unsafeVolatileSnapshot()
-                    .stateReconstructionTriggered())  # fmt: skip
+        return bool(
+            jvm_delta_log(spark, orders).unsafeVolatileSnapshot().stateReconstructionTriggered()
+        )
 
     draining = make()  # --once: no warm-up
     draining(kafka_rows(spark, row_messages("orders", ORDERS, _orders(1, 2))), 0)
@@ -277,7 +326,14 @@ def test_a_running_writer_builds_the_state_of_a_merged_table_between_batches(spa
     while not state_built() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert state_built()
-    running(kafka_rows(spark, row_messages("orders", ORDERS, _orders(1, t=3, kind="U")
-                                           + _orders(4, t=3), first_offset=3)), 2)  # fmt: skip
+    running(
+        kafka_rows(
+            spark,
+            row_messages(
+                "orders", ORDERS, _orders(1, t=3, kind="U") + _orders(4, t=3), first_offset=3
+            ),
+        ),
+        2,
+    )
     assert sorted(r.ID for r in _read(spark, orders).collect()) == [1, 2, 3, 4]
     running.close()

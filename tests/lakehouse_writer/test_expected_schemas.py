@@ -43,8 +43,9 @@ def test_only_a_table_s_sole_writer_schema_has_its_table_made_ahead():
     candidates = [
         expected(b"a", "A", "t_a"),  # its topic's only schema
         expected(b"b", "B", "t_b"),  # its topic had an older schema: rows may be of that one
-        expected(b"c1", "C", "t_c1"), expected(b"c2", "C", "t_c2"),  # one table, two topics
-    ]  # fmt: skip
+        expected(b"c1", "C", "t_c1"),
+        expected(b"c2", "C", "t_c2"),  # one table, two topics
+    ]
     counts = {"t_a": 1, "t_b": 2, "t_c1": 1, "t_c2": 1}
     assert _sole_schemas(candidates, counts) == {b"a"}
     assert _sole_schemas(candidates, {}) == set()  # not in the catalog: not made ahead

@@ -47,8 +47,12 @@ def test_concurrent_merges_commit_each_tables_own_txn_ids_and_replays_change_not
             assert [o.error for o in outcomes] == [None] * TABLES
             return [o.result for o in outcomes]
 
-        batch(0, lambda i: [{"ID": k, "NAME": f"t{i}-{k}", "__change_type": "I", "t": 1}
-                            for k in range(5)])  # fmt: skip
+        batch(
+            0,
+            lambda i: [
+                {"ID": k, "NAME": f"t{i}-{k}", "__change_type": "I", "t": 1} for k in range(5)
+            ],
+        )
         changes = lambda i: [  # noqa: E731 - the same rows again for the replay
             {"ID": 1, "NAME": f"t{i}-new", "__change_type": "U", "t": 2},
             {"ID": 2, "__change_type": "D", "t": 2},
@@ -59,8 +63,11 @@ def test_concurrent_merges_commit_each_tables_own_txn_ids_and_replays_change_not
     assert spark.conf.get(txn.TXN_APP_ID, None) is None  # no txn conf left on the session
     for i, table in enumerate(tables):
         assert table_rows(spark, table.path) == [
-            (0, f"t{i}-0"), (1, f"t{i}-new"), (3, f"t{i}-3"), (4, f"t{i}-4")
-        ]  # fmt: skip
+            (0, f"t{i}-0"),
+            (1, f"t{i}-new"),
+            (3, f"t{i}-3"),
+            (4, f"t{i}-4"),
+        ]
         app_id = txn.app_id_for("w1", table.ref.qualified)
         last = _txns(table.path)[-1]
         assert last == (merged[i].version, app_id, txn.txn_version(1, txn.STEP_ROWS))
@@ -78,8 +85,12 @@ def test_every_table_runs_and_errors_come_back_in_table_order(spark):
         outcomes = applier.map(apply, [1, 2, 3, 4])
     assert [o.item for o in outcomes] == [1, 2, 3, 4]
     assert [o.result for o in outcomes] == [1, None, 3, 4]
-    assert [str(o.error) if o.error else None for o in outcomes] == [None, "table 2 failed",
-                                                                      None, None]  # fmt: skip
+    assert [str(o.error) if o.error else None for o in outcomes] == [
+        None,
+        "table 2 failed",
+        None,
+        None,
+    ]
 
 
 def test_workers_come_from_the_environment_and_a_bad_value_is_refused(monkeypatch):

@@ -101,10 +101,17 @@ def _wide(quantity: Any) -> ValueSchema:
 
 
 def _order(i: int, change: str, t: int, **values: Any) -> dict[str, Any]:
-    row = {"ID": i, "NAME": f"Kunde {i} ä", "REGION": "A" if i < 5 else "B",
-           "AMOUNT": Decimal(f"{i}.25"), "BOOKED": date(2024, 1, 1) + timedelta(days=i),
-           "PAID_AT": datetime(2024, 2, 1, 12, 30, i, tzinfo=UTC), "OPEN": i % 2 == 0,
-           "__change_type": change, "__change_time": T0 + t}  # fmt: skip
+    row = {
+        "ID": i,
+        "NAME": f"Kunde {i} ä",
+        "REGION": "A" if i < 5 else "B",
+        "AMOUNT": Decimal(f"{i}.25"),
+        "BOOKED": date(2024, 1, 1) + timedelta(days=i),
+        "PAID_AT": datetime(2024, 2, 1, 12, 30, i, tzinfo=UTC),
+        "OPEN": i % 2 == 0,
+        "__change_type": change,
+        "__change_time": T0 + t,
+    }
     return {**row, **values}
 
 
@@ -116,29 +123,55 @@ def _produce_first(bootstrap: str, topics: dict[str, str]) -> None:
     publish_schemas(bootstrap, topics["wide2"], topics["schemas"], _wide(AvroLong()))
     first = [_order(i, "I", 1) for i in range(1, 8)]
     commit_id = str(uuid.uuid4())
-    record = {"commit_id": commit_id, "producer": "test", "source_system": "TEST",
-              "function_name": "readers", "transaction_time": T0 + 1,
-              "tables": [{"topic": topics["orders"], "table": "SHOP.ORDERS", "rows": 7}],
-              "partitions": [{"topic": topics["orders"], "partition": 0, "min_offset": 0,
-                              "max_offset": 6, "rows": 7}]}  # fmt: skip
+    record = {
+        "commit_id": commit_id,
+        "producer": "test",
+        "source_system": "TEST",
+        "function_name": "readers",
+        "transaction_time": T0 + 1,
+        "tables": [{"topic": topics["orders"], "table": "SHOP.ORDERS", "rows": 7}],
+        "partitions": [
+            {"topic": topics["orders"], "partition": 0, "min_offset": 0, "max_offset": 6, "rows": 7}
+        ],
+    }
     commit = (topics["commits"], commit_id.encode(), json.dumps(record).encode())
     produce_transaction(bootstrap, topics["orders"], orders, first, extra=[commit])
-    produce_transaction(bootstrap, topics["orders"], orders, [
-        _order(1, "U", 2, NAME="Kunde 1 neu"), _order(2, "D", 2), _order(8, "A", 2, REGION="A"),
-        {"ID": 3, "__change_type": "X", "__change_time": T0 + 2}, _order(4, "P", 2),
-        _order(5, "B", 2, __source_rowid="r5"),
-        _order(50, "U", 2, __source_rowid="r5", REGION="A"),
-        _order(6, "G", 2),
-    ])  # fmt: skip
-    produce_transaction(bootstrap, topics["orders"], orders, [
-        {"ID": 0, "__change_type": "T", "__change_time": T0 + 3, "__truncate": {"REGION": "B"}},
-        _order(10, "R", 3, REGION="B"),
-    ])  # fmt: skip
-    mapped = [{"/BIC/MANDT": "100", "ORDER NO": n, "Größe": f"XL{n}", "__change_type": "I",
-               "__change_time": T0 + 1} for n in range(1, 5)]  # fmt: skip
+    produce_transaction(
+        bootstrap,
+        topics["orders"],
+        orders,
+        [
+            _order(1, "U", 2, NAME="Kunde 1 neu"),
+            _order(2, "D", 2),
+            _order(8, "A", 2, REGION="A"),
+            {"ID": 3, "__change_type": "X", "__change_time": T0 + 2},
+            _order(4, "P", 2),
+            _order(5, "B", 2, __source_rowid="r5"),
+            _order(50, "U", 2, __source_rowid="r5", REGION="A"),
+            _order(6, "G", 2),
+        ],
+    )
+    produce_transaction(
+        bootstrap,
+        topics["orders"],
+        orders,
+        [
+            {"ID": 0, "__change_type": "T", "__change_time": T0 + 3, "__truncate": {"REGION": "B"}},
+            _order(10, "R", 3, REGION="B"),
+        ],
+    )
+    mapped = [
+        {
+            "/BIC/MANDT": "100",
+            "ORDER NO": n,
+            "Größe": f"XL{n}",
+            "__change_type": "I",
+            "__change_time": T0 + 1,
+        }
+        for n in range(1, 5)
+    ]
     produce_transaction(bootstrap, topics["mapped"], _mapped(), mapped)
-    wide = [{"ID": i, "QTY": 10 * i, "__change_type": "I", "__change_time": T0 + 1}
-            for i in (1, 2)]  # fmt: skip
+    wide = [{"ID": i, "QTY": 10 * i, "__change_type": "I", "__change_time": T0 + 1} for i in (1, 2)]
     produce_transaction(bootstrap, topics["wide"], _wide(AvroInt()), wide)
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topics["orders"], value=b"no header, not a change row", partition=0)
@@ -147,26 +180,58 @@ def _produce_first(bootstrap: str, topics: dict[str, str]) -> None:
 
 def _produce_second(bootstrap: str, topics: dict[str, str]) -> None:
     """Changes of rows the tables hold (deletion vectors), and QTY widened to a long."""
-    produce_transaction(bootstrap, topics["orders"], _orders(), [
-        _order(1, "U", 5, NAME="Kunde 1 neuer"), _order(7, "D", 5), _order(9, "I", 5),
-    ])  # fmt: skip
-    produce_transaction(bootstrap, topics["mapped"], _mapped(), [
-        {"/BIC/MANDT": "100", "ORDER NO": 2, "Größe": "S", "__change_type": "U",
-         "__change_time": T0 + 5},
-        {"/BIC/MANDT": "100", "ORDER NO": 3, "__change_type": "D", "__change_time": T0 + 5},
-    ])  # fmt: skip
-    produce_transaction(bootstrap, topics["wide2"], _wide(AvroLong()), [
-        {"ID": 1, "QTY": 2**40, "__change_type": "U", "__change_time": T0 + 5},
-        {"ID": 3, "QTY": 3, "__change_type": "I", "__change_time": T0 + 5},
-    ])  # fmt: skip
+    produce_transaction(
+        bootstrap,
+        topics["orders"],
+        _orders(),
+        [
+            _order(1, "U", 5, NAME="Kunde 1 neuer"),
+            _order(7, "D", 5),
+            _order(9, "I", 5),
+        ],
+    )
+    produce_transaction(
+        bootstrap,
+        topics["mapped"],
+        _mapped(),
+        [
+            {
+                "/BIC/MANDT": "100",
+                "ORDER NO": 2,
+                "Größe": "S",
+                "__change_type": "U",
+                "__change_time": T0 + 5,
+            },
+            {"/BIC/MANDT": "100", "ORDER NO": 3, "__change_type": "D", "__change_time": T0 + 5},
+        ],
+    )
+    produce_transaction(
+        bootstrap,
+        topics["wide2"],
+        _wide(AvroLong()),
+        [
+            {"ID": 1, "QTY": 2**40, "__change_type": "U", "__change_time": T0 + 5},
+            {"ID": 3, "QTY": 3, "__change_type": "I", "__change_time": T0 + 5},
+        ],
+    )
 
 
 def _run_writer(lake: Path, topics: list[str], bootstrap: str, **env: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        argv = ["run", "--lakehouse", str(lake), "--checkpoint", f"{lake}_checkpoint", "--once",
-                "--topics", "|".join(topics), "--bootstrap-servers", bootstrap]  # fmt: skip
+        argv = [
+            "run",
+            "--lakehouse",
+            str(lake),
+            "--checkpoint",
+            f"{lake}_checkpoint",
+            "--once",
+            "--topics",
+            "|".join(topics),
+            "--bootstrap-servers",
+            bootstrap,
+        ]
         assert main(argv) == 0
 
 
@@ -179,8 +244,10 @@ def lakes(spark, kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[dic
     for future in futures.values():
         future.result(timeout=30)
     root = tmp_path_factory.mktemp("readers")
-    env = {"LAKEHOUSE_SCHEMAS_TOPIC": topics["schemas"],
-           "LAKEHOUSE_COMMITS_TOPIC": topics["commits"]}  # fmt: skip
+    env = {
+        "LAKEHOUSE_SCHEMAS_TOPIC": topics["schemas"],
+        "LAKEHOUSE_COMMITS_TOPIC": topics["commits"],
+    }
     data = [topics[name] for name in ("orders", "mapped", "commits")]
     try:
         _produce_first(kafka_bootstrap, topics)
@@ -188,8 +255,13 @@ def lakes(spark, kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[dic
         _run_writer(root / "dv", [*data, topics["wide"], topics["wide2"]], kafka_bootstrap, **env)
         _produce_second(kafka_bootstrap, topics)
         # Spark's MERGE writes deletion vectors; delta-rs (small merges) rewrites files.
-        _run_writer(root / "dv", [*data, topics["wide"], topics["wide2"]], kafka_bootstrap,
-                    LAKEHOUSE_SMALL_MERGE_ROWS="0", **env)  # fmt: skip
+        _run_writer(
+            root / "dv",
+            [*data, topics["wide"], topics["wide2"]],
+            kafka_bootstrap,
+            LAKEHOUSE_SMALL_MERGE_ROWS="0",
+            **env,
+        )
         _run_writer(root / "nodv", data, kafka_bootstrap, LAKEHOUSE_DELETION_VECTORS="false", **env)
         yield {"dv": root / "dv", "nodv": root / "nodv"}
     finally:
@@ -214,8 +286,9 @@ def _deltalake_sql(path: str) -> Any:
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
-    return pa.table(QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t")
-                    .read_all())  # fmt: skip
+    return pa.table(
+        QueryBuilder().register("t", DeltaTable(path)).execute("SELECT * FROM t").read_all()
+    )
 
 
 def _polars(path: str) -> Any:
@@ -236,9 +309,11 @@ def _duckdb(path: str) -> Any:
 
 
 READERS: dict[str, Callable[[str], Any]] = {
-    "deltalake": _deltalake, "deltalake-sql": _deltalake_sql, "polars": _polars,
+    "deltalake": _deltalake,
+    "deltalake-sql": _deltalake_sql,
+    "polars": _polars,
     "duckdb": _duckdb,
-}  # fmt: skip
+}
 
 
 def _rows(table: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -252,8 +327,9 @@ def _plain(value: Any) -> Any:
     """A reader's Python value as every other reader's: UTC instants, maps as sorted pairs."""
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value.astimezone(UTC)
-    if isinstance(value, list) and all(isinstance(v, dict) and set(v) == {"key", "value"}
-                                       for v in value):  # fmt: skip
+    if isinstance(value, list) and all(
+        isinstance(v, dict) and set(v) == {"key", "value"} for v in value
+    ):
         return sorted((v["key"], v["value"]) for v in value)  # polars' maps
     if isinstance(value, list) and all(isinstance(v, tuple) for v in value):
         return sorted(value)  # pyarrow's maps
@@ -287,8 +363,11 @@ def test_a_table_gains_a_feature_only_when_it_needs_it(lakes, lake, name):
 
 def test_the_tables_hold_deletion_vectors_and_a_widened_column(lakes, spark):
     def deletion_vectors(path: Path) -> int:
-        actions = [json.loads(line) for f in sorted((path / "_delta_log").glob("*.json"))
-                   for line in f.read_text().splitlines()]  # fmt: skip
+        actions = [
+            json.loads(line)
+            for f in sorted((path / "_delta_log").glob("*.json"))
+            for line in f.read_text().splitlines()
+        ]
         return sum(1 for a in actions if (a.get("add") or {}).get("deletionVector"))
 
     assert deletion_vectors(lakes["dv"] / ORDERS) and deletion_vectors(lakes["dv"] / MAPPED)
@@ -296,8 +375,11 @@ def test_the_tables_hold_deletion_vectors_and_a_widened_column(lakes, spark):
     assert ids == {1, 4, 8, 9, 10, 50}  # I U D A X P B G T R all applied
     for lake in lakes.values():  # mapped names, written by Spark and by delta-rs
         mapped = spark.read.format("delta").load(str(lake / MAPPED)).collect()
-        assert sorted((r["ORDER NO"], r["Größe"]) for r in mapped) == [(1, "XL1"), (2, "S"),
-                                                                      (4, "XL4")]  # fmt: skip
+        assert sorted((r["ORDER NO"], r["Größe"]) for r in mapped) == [
+            (1, "XL1"),
+            (2, "S"),
+            (4, "XL4"),
+        ]
     wide = spark.read.format("delta").load(str(lakes["dv"] / WIDE))
     assert dict(wide.dtypes)["QTY"] == "bigint"
     assert sorted((r.ID, r.QTY) for r in wide.collect()) == [(1, 2**40), (2, 20), (3, 3)]

@@ -91,8 +91,11 @@ class Flow:
 
     def targets(self, producer: KafkaProducer) -> dict[str, Target]:
         """Add every sequence's topic to ``producer``; targets by sequence name."""
-        return {s.name: producer.add_target(self.topic(s), s.name, KeySchema(schema), schema)
-                for s in self.sequences for schema in [self.schemas[s.name]]}  # fmt: skip
+        return {
+            s.name: producer.add_target(self.topic(s), s.name, KeySchema(schema), schema)
+            for s in self.sequences
+            for schema in [self.schemas[s.name]]
+        }
 
     @property
     def pattern(self) -> str:
@@ -140,8 +143,10 @@ def harness(spark, kafka_bootstrap, kafka_admin, tmp_path, monkeypatch) -> Itera
 
 def create_topics(harness: Harness, flow: Flow) -> None:
     """One topic per sequence, with the sequence's partition count."""
-    new = [NewTopic(flow.topic(s), num_partitions=s.partitions, replication_factor=1)
-           for s in flow.sequences]  # fmt: skip
+    new = [
+        NewTopic(flow.topic(s), num_partitions=s.partitions, replication_factor=1)
+        for s in flow.sequences
+    ]
     for name, future in harness.admin.create_topics(new).items():
         future.result(timeout=60)
         harness.topics.append(name)
@@ -180,11 +185,14 @@ def abort(producer: KafkaProducer, target: Target) -> None:
 
 def read_back(bootstrap: str, flow: Flow) -> dict[str, dict[int, model.Position]]:
     """(partition, offset) of every message on the flow's topics, aborted ones too, by SEQ."""
-    parsed = {flow.topic(s): (s.name, fastavro.parse_schema(flow.schemas[s.name].to_avro_json()))
-              for s in flow.sequences}  # fmt: skip
+    parsed = {
+        flow.topic(s): (s.name, fastavro.parse_schema(flow.schemas[s.name].to_avro_json()))
+        for s in flow.sequences
+    }
     positions: dict[str, dict[int, model.Position]] = {s.name: {} for s in flow.sequences}
-    for msg in messages(bootstrap, [(flow.topic(s), p) for s in flow.sequences
-                                    for p in range(s.partitions)]):  # fmt: skip
+    for msg in messages(
+        bootstrap, [(flow.topic(s), p) for s in flow.sequences for p in range(s.partitions)]
+    ):
         name, schema = parsed[msg.topic()]
         body = msg.value()[5 if msg.value()[0] == 0 else 10 :]  # Confluent or single-object
         row = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
@@ -202,8 +210,10 @@ def messages(bootstrap: str, partitions: list[tuple[str, int]]) -> list[Message]
             "isolation.level": "read_uncommitted",
         }
     )
-    ends = {(t, p): consumer.get_watermark_offsets(TopicPartition(t, p), 10, False)[1]
-            for t, p in partitions}  # fmt: skip
+    ends = {
+        (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), 10, False)[1]
+        for t, p in partitions
+    }
     consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
     pending, found, deadline = set(partitions), [], time.monotonic() + 60
     try:
@@ -229,14 +239,29 @@ def check_landing(flow: Flow) -> None:
 
 def aborted_on_log(flows: list[Flow]) -> bool:
     """True when some aborted row reached the log (else aborts would prove nothing)."""
-    return any(c.seq in f.positions[s.name] for f in flows for s in f.sequences
-               for t, c in s.changes() if not t.committed)  # fmt: skip
+    return any(
+        c.seq in f.positions[s.name]
+        for f in flows
+        for s in f.sequences
+        for t, c in s.changes()
+        if not t.committed
+    )
 
 
 def run_writer(bootstrap: str, lake: Path, ckpt: Path, flow: Flow, limit: int | None) -> None:
     """``lakehouse-writer run --once`` over the flow's topics (``limit``: offsets per batch)."""
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", flow.pattern, "--bootstrap-servers", bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        flow.pattern,
+        "--bootstrap-servers",
+        bootstrap,
+    ]
     assert main(argv + (["--max-offsets-per-trigger", str(limit)] if limit else [])) == 0
 
 
@@ -250,8 +275,10 @@ def lake_rows(spark: Any, lake: Path, flow: Flow) -> dict[str, list[tuple[Any, .
     for seq in flow.sequences:
         path = lake / NAMESPACE / seq.name
         if (path / "_delta_log").exists():
-            cols = [F.col(c) if c in seq.columns else F.lit(None).cast("string").alias(c)
-                    for c in ALL_COLUMNS]  # fmt: skip
+            cols = [
+                F.col(c) if c in seq.columns else F.lit(None).cast("string").alias(c)
+                for c in ALL_COLUMNS
+            ]
             frame = spark.read.format("delta").load(str(path))
             frames.append(frame.select(F.lit(seq.name).alias("__table"), *cols, "__change_type"))
     rows: dict[str, list[tuple[Any, ...]]] = {s.name: [] for s in flow.sequences}
@@ -288,31 +315,40 @@ def mismatches(spark: Any, lake: Path, flow: Flow) -> list[str]:
     reports = []
     for seq in flow.sequences:
         positions = flow.positions[seq.name]
-        problems = compare(seq, model.expected(seq, positions), got_rows[seq.name], rejected, flow,
-                           lake)  # fmt: skip
+        problems = compare(
+            seq, model.expected(seq, positions), got_rows[seq.name], rejected, flow, lake
+        )
         if problems:
             reports.append("\n".join([model.describe(seq, positions), *problems]))
     return reports
 
 
 def compare(
-    seq: model.Sequence, want: model.Expected, got: list[tuple[Any, ...]],
-    rejected: set[tuple[str, int, int]], flow: Flow, lake: Path,
-) -> list[str]:  # fmt: skip
+    seq: model.Sequence,
+    want: model.Expected,
+    got: list[tuple[Any, ...]],
+    rejected: set[tuple[str, int, int]],
+    flow: Flow,
+    lake: Path,
+) -> list[str]:
     """What differs between the model's ``want`` and the lakehouse, as text lines."""
     problems, want_rows = [], want.rows
     if got != want_rows:
         missing = [r for r in want_rows if r not in got]
         extra = [r for r in got if r not in want_rows]
-        problems.append(f"  table rows {(*seq.columns, '__change_type')}:\n"
-                        f"    expected {want_rows}\n    got      {got}\n"
-                        f"    missing {missing}\n    unexpected {extra}")  # fmt: skip
+        problems.append(
+            f"  table rows {(*seq.columns, '__change_type')}:\n"
+            f"    expected {want_rows}\n    got      {got}\n"
+            f"    missing {missing}\n    unexpected {extra}"
+        )
     topic, at = flow.topic(seq), flow.positions[seq.name]
     want_rejected = {(topic, *at[s]) for s in want.rejected}
     got_rejected = {r for r in rejected if r[0] == topic}
     if got_rejected != want_rejected:
-        problems.append(f"  _rejected (topic, partition, offset): expected "
-                        f"{sorted(want_rejected)}, got {sorted(got_rejected)}")  # fmt: skip
+        problems.append(
+            f"  _rejected (topic, partition, offset): expected "
+            f"{sorted(want_rejected)}, got {sorted(got_rejected)}"
+        )
     kept = physically_present(lake / NAMESPACE / seq.name, want.purged) if want.purged else None
     if kept:
         problems.append(f"  GDPR: current data files still hold SEQ {sorted(kept)}")
@@ -377,9 +413,10 @@ def test_writer_agrees_with_the_reference_model_at_length(harness):
     check_flows(harness, SLOW_SEQUENCES, scoped=True, split_batches=True)
 
 
-@pytest.mark.parametrize(("pinned", "batches"), [
-    pytest.param(seq, batches, id=name) for name, (seq, batches) in model.CAPPED_BATCHES.items()
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("pinned", "batches"),
+    [pytest.param(seq, batches, id=name) for name, (seq, batches) in model.CAPPED_BATCHES.items()],
+)
 def test_capped_batches_apply_transactions_whole_and_in_commit_order(harness, pinned, batches):
     """Where a capped batch ends changes nothing: the model's result, compared strictly."""
     reports = apply_group(harness, Flow.of([pinned]), batches=batches)
@@ -400,8 +437,9 @@ def test_fixed_writer_bugs(harness):
     assert not reports, f"tables: {names}\n\n" + "\n\n".join(reports)
 
 
-@pytest.mark.parametrize("name", ["update-older-than-a-scoped-truncate",
-                                  "archive-before-a-scoped-truncate"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["update-older-than-a-scoped-truncate", "archive-before-a-scoped-truncate"]
+)
 def test_the_model_applies_a_truncate_after_the_older_rows_of_its_batch(name):
     """The update (its image) and the ARCHIVE (the stored image it keeps) are in the scope."""
     seq = model.FIXED_WRITER_BUGS[name]
@@ -409,14 +447,18 @@ def test_the_model_applies_a_truncate_after_the_older_rows_of_its_batch(name):
     assert result.rows == []
 
 
-@pytest.mark.parametrize(("txns", "want"), [
-    ([[("I", 1, 0, 1)], [("I", 2, 0, 2), ("T", 0, 1, 3)]], [(2, "n2", "I")]),
-    ([[("I", 1, 1, 1), ("D", 1, 0, 2)]], [(1, "n1", "I")]),  # the last by (partition, offset)
-    ([[("I", 1, 0, 1)], [("B", 1, 0, 2), ("U", 2, 0, 3)]], [(2, "n3", "U")]),
-    ([[("I", 1, 0, 1)], [("B", 1, 0, 2), ("U", 1, 0, 3)]], [(1, "n3", "U")]),
-    ([[("A", 1, 0, 1)], [("P", 1, 0, 2), ("P", 2, 0, 3)]], [(1, "n1", "P"), (2, "n3", "P")]),
-    ([[("I", 1, 0, 1), ("I", 2, 0, 2)], [("G", 1, 0, 3)]], [(2, "n2", "I")]),
-], ids=["truncate", "partition-order", "moved-key", "kept-key", "P", "G"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("txns", "want"),
+    [
+        ([[("I", 1, 0, 1)], [("I", 2, 0, 2), ("T", 0, 1, 3)]], [(2, "n2", "I")]),
+        ([[("I", 1, 1, 1), ("D", 1, 0, 2)]], [(1, "n1", "I")]),  # the last by (partition, offset)
+        ([[("I", 1, 0, 1)], [("B", 1, 0, 2), ("U", 2, 0, 3)]], [(2, "n3", "U")]),
+        ([[("I", 1, 0, 1)], [("B", 1, 0, 2), ("U", 1, 0, 3)]], [(1, "n3", "U")]),
+        ([[("A", 1, 0, 1)], [("P", 1, 0, 2), ("P", 2, 0, 3)]], [(1, "n1", "P"), (2, "n3", "P")]),
+        ([[("I", 1, 0, 1), ("I", 2, 0, 2)], [("G", 1, 0, 3)]], [(2, "n2", "I")]),
+    ],
+    ids=["truncate", "partition-order", "moved-key", "kept-key", "P", "G"],
+)
 def test_the_model_follows_design(txns, want):
     seq = model.Sequence("S", ("K1",), 2, tuple(model.transaction(*t) for t in txns), len(txns))
     result = model.expected(seq, {c.seq: (c.partition, c.seq) for _, c in seq.changes()})

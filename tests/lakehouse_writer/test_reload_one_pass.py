@@ -32,14 +32,33 @@ TABLE = "SHOP.ORDERS"
 def _reload(ids: range, time_us: int = T0 + 1) -> list[dict]:
     """An unscoped TRUNCATE, then a REPLACE row per id (over partitions 0 and 1)."""
     rows: list[dict] = [{"ID": 0, "__change_type": "T", "__change_time": time_us}]
-    rows += [{"ID": i, "NAME": f"n{i}", "REGION": "A", "__change_type": "R",
-              "__change_time": time_us, "partition": i % 2} for i in ids]  # fmt: skip
+    rows += [
+        {
+            "ID": i,
+            "NAME": f"n{i}",
+            "REGION": "A",
+            "__change_type": "R",
+            "__change_time": time_us,
+            "partition": i % 2,
+        }
+        for i in ids
+    ]
     return rows
 
 
 def _run(lake: Path, ckpt: Path, topics: str, bootstrap: str) -> None:
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", topics, "--bootstrap-servers", bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        topics,
+        "--bootstrap-servers",
+        bootstrap,
+    ]
     assert main(argv) == 0
 
 
@@ -72,8 +91,9 @@ class TestOnePass:
         # partition 0: the TRUNCATE (offset 0) and the 15 even ids; partition 1: 15 odd ids
         ends = [(topic, 0, 0, 15), (topic, 1, 0, 14)]
         _, _, _, key, record = commit_message(commits, 0, T0 + 1, ends, [(topic, TABLE, 31)])
-        produce_transaction(kafka_bootstrap, topic, schema, _reload(range(1, 31)),
-                            extra=[(commits, key, record)])  # fmt: skip
+        produce_transaction(
+            kafka_bootstrap, topic, schema, _reload(range(1, 31)), extra=[(commits, key, record)]
+        )
         with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
             _run(lake, ckpt, f"{topic}|{commits}", kafka_bootstrap)
         assert "one_pass=True" in caplog.text
@@ -90,8 +110,9 @@ class TestOnePass:
         assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == 2
         assert spark.read.format("delta").load(str(lake / "_commits")).count() == 1
 
-    @pytest.mark.parametrize("case", ["repeated key", "repeated key, Spark's check",
-                                      "not a reload", "poison"])  # fmt: skip
+    @pytest.mark.parametrize(
+        "case", ["repeated key", "repeated key, Spark's check", "not a reload", "poison"]
+    )
     def test_a_lost_bet_applies_the_rows_the_normal_way(
         self, spark, kafka_bootstrap, setup, caplog, monkeypatch, case
     ):
@@ -100,14 +121,30 @@ class TestOnePass:
         if case == "repeated key, Spark's check":  # as for files not on the local disk
             monkeypatch.setattr(reload, "DRIVER_CHECK_MAX_ROWS", 0)
         if case.startswith("repeated key"):  # the later row of id 5 wins
-            rows = [*_reload(range(1, 9)), {"ID": 5, "NAME": "last", "REGION": "A",
-                                           "__change_type": "R", "__change_time": T0 + 1,
-                                           "partition": 1}]  # fmt: skip
+            rows = [
+                *_reload(range(1, 9)),
+                {
+                    "ID": 5,
+                    "NAME": "last",
+                    "REGION": "A",
+                    "__change_type": "R",
+                    "__change_time": T0 + 1,
+                    "partition": 1,
+                },
+            ]
             expected = [(i, "last" if i == 5 else f"n{i}") for i in range(1, 9)]
             reason = "a key repeats"
         elif case == "not a reload":
-            rows = [{"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + 1,
-                     "partition": i % 2} for i in range(1, 9)]  # fmt: skip
+            rows = [
+                {
+                    "ID": i,
+                    "NAME": f"n{i}",
+                    "__change_type": "I",
+                    "__change_time": T0 + 1,
+                    "partition": i % 2,
+                }
+                for i in range(1, 9)
+            ]
             rows.append({"ID": 3, "__change_type": "D", "__change_time": T0 + 2, "partition": 1})
             expected = [(i, f"n{i}") for i in range(1, 9) if i != 3]
             reason = "row types other than upserts: other"
@@ -122,8 +159,9 @@ class TestOnePass:
             producer.flush(30)
         with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
             _run(lake, ckpt, topic, kafka_bootstrap)
-        assert f"reload not written in one pass table={TABLE} batch=0 reason={reason}" \
-            in caplog.text  # fmt: skip
+        assert (
+            f"reload not written in one pass table={TABLE} batch=0 reason={reason}" in caplog.text
+        )
         assert "one_pass=True" not in caplog.text
 
         path = lake / "SHOP" / "ORDERS"
@@ -149,14 +187,27 @@ def _summary(
         (_summary({"T": 1, "R": 5}), 2, (), "2 rows of other schemas or that do not decode"),
         (_summary({"T": 1, "R": 5, "other": 1}), 0, (), "row types other than upserts: other"),
         (_summary({"R": 5}, truncates=()), 0, (), "no TRUNCATE"),
-        (_summary({"T": 1, "R": 5}, truncates=(Truncate(T0, {"REGION": "A"}),)), 0, (),
-         "a scoped TRUNCATE"),
+        (
+            _summary({"T": 1, "R": 5}, truncates=(Truncate(T0, {"REGION": "A"}),)),
+            0,
+            (),
+            "a scoped TRUNCATE",
+        ),
         (_summary({"T": 1, "R": 5}, oldest=T0 - 1), 0, (), "rows older than a TRUNCATE"),
         (_summary({"T": 1, "R": 5}), 0, (Truncate(T0 + 1),), "rows older than a TRUNCATE"),
     ],
-    ids=["reload", "all upsert types", "no rows", "undecoded", "other types", "no truncate",
-         "scoped", "older row", "older than an applied truncate"],
-)  # fmt: skip
+    ids=[
+        "reload",
+        "all upsert types",
+        "no rows",
+        "undecoded",
+        "other types",
+        "no truncate",
+        "scoped",
+        "older row",
+        "older than an applied truncate",
+    ],
+)
 def test_refusal_names_what_is_not_a_reload(summary, undecoded, applied, reason):
     assert refusal(summary, undecoded, applied) == reason
 
@@ -181,6 +232,8 @@ def test_unique_in_files_finds_a_key_repeated_across_files(tmp_path):
 
 def test_unique_in_files_leaves_remote_files_and_large_loads_to_spark(tmp_path):
     a = _parquet(tmp_path / "a.parquet", [1], [1])
-    assert unique_in_files([a, "abfss://c@acct.dfs.core.windows.net/t/b.parquet"], ["col-1"],
-                           2) is None  # fmt: skip
+    assert (
+        unique_in_files([a, "abfss://c@acct.dfs.core.windows.net/t/b.parquet"], ["col-1"], 2)
+        is None
+    )
     assert unique_in_files([a], ["col-1"], reload.DRIVER_CHECK_MAX_ROWS + 1) is None

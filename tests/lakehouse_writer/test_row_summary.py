@@ -24,11 +24,15 @@ def test_the_key_range_leaves_out_truncate_placeholders():
     assert got.key_range == (5, 30)
 
 
-@pytest.mark.parametrize("groups", [
-    [("I", 3, 2, 10, 30)],  # a NULL key among the rows: it matches only NULL, no range
-    [("I", 3, None, None, None)],  # no key column
-    [("T", 1, 1, 0, 0)],  # only a TRUNCATE
-], ids=["null-key", "no-key", "truncate-only"])  # fmt: skip
+@pytest.mark.parametrize(
+    "groups",
+    [
+        [("I", 3, 2, 10, 30)],  # a NULL key among the rows: it matches only NULL, no range
+        [("I", 3, None, None, None)],  # no key column
+        [("T", 1, 1, 0, 0)],  # only a TRUNCATE
+    ],
+    ids=["null-key", "no-key", "truncate-only"],
+)
 def test_no_key_range_where_it_could_skip_a_match(groups):
     assert summary(*groups).key_range is None
 
@@ -51,8 +55,14 @@ def test_header_tags_name_registry_ids_and_fingerprints():
 
 
 def test_groups_of_one_change_type_from_several_partitions_add_up():
-    got = RowSummary.of_counts([("R", 3, 3, 10, 30, 7, []), ("T", 1, 1, 0, 0, 2, None),
-                                ("R", 2, 2, 1, 12, 5, []), ("D", 1, 1, 40, 40, 9, [])])  # fmt: skip
+    got = RowSummary.of_counts(
+        [
+            ("R", 3, 3, 10, 30, 7, []),
+            ("T", 1, 1, 0, 0, 2, None),
+            ("R", 2, 2, 1, 12, 5, []),
+            ("D", 1, 1, 40, 40, 9, []),
+        ]
+    )
     assert got.counts == {"R": 5, "T": 1, "D": 1}
     assert got.key_range == (1, 40)
     assert got.oldest == 5  # the TRUNCATE's own time does not count
@@ -75,10 +85,16 @@ def test_the_oldest_row_of_two_schemas_is_the_older_one_and_truncates_do_not_cou
 
 def test_truncates_of_all_groups_and_schemas_are_distinct_and_oldest_first():
     scoped = {"t": 5, "s": '{"REGION":"EU","CODE":null}'}
-    a = summary(("T", 3, 3, 0, 0, None, [scoped, {"t": 9, "s": None}]),
-                ("T", 1, 1, 0, 0, None, [scoped]), ("I", 2, 2, 1, 2, 7, []))  # fmt: skip
+    a = summary(
+        ("T", 3, 3, 0, 0, None, [scoped, {"t": 9, "s": None}]),
+        ("T", 1, 1, 0, 0, None, [scoped]),
+        ("I", 2, 2, 1, 2, 7, []),
+    )
     assert a.truncates == (Truncate(5, {"REGION": "EU", "CODE": None}), Truncate(9))
     b = summary(("T", 1, 1, 0, 0, None, [{"t": 2, "s": "{}"}, {"t": 9, "s": None}]))
-    assert a.merge(b).truncates == (Truncate(2), Truncate(5, {"REGION": "EU", "CODE": None}),
-                                    Truncate(9))  # fmt: skip
+    assert a.merge(b).truncates == (
+        Truncate(2),
+        Truncate(5, {"REGION": "EU", "CODE": None}),
+        Truncate(9),
+    )
     assert summary(("I", 2, 2, 1, 2, 7, [])).truncates == ()

@@ -47,7 +47,7 @@ def test_spark_streams_committed_rows_into_delta(spark, kafka_bootstrap, new_top
         .load()
         .selectExpr(
             "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset"
-        )  # fmt: skip
+        )
     )
     query = (
         stream.writeStream.format("delta")

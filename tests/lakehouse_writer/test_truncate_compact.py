@@ -9,8 +9,14 @@ from lakehouse_writer.truncate import Truncate, compact
 
 def test_latest_whole_table_truncate_covers_every_earlier_one():
     eu, us = {"REGION": "EU"}, {"REGION": "US"}
-    log = [Truncate(10, eu), Truncate(20), Truncate(30, us), Truncate(40), Truncate(40, eu),
-           Truncate(50, eu)]  # fmt: skip
+    log = [
+        Truncate(10, eu),
+        Truncate(20),
+        Truncate(30, us),
+        Truncate(40),
+        Truncate(40, eu),
+        Truncate(50, eu),
+    ]
     assert compact(log) == [Truncate(40), Truncate(50, {"REGION": "EU"})]
 
 

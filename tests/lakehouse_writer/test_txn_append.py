@@ -44,11 +44,13 @@ def test_an_append_commits_its_rows_and_transaction_id_once(spark, tmp_path):
     assert _rows(spark, path) == [(1, "a"), (2, "b"), (3, None), (4, "d")]
     commits = _commits(path)
     assert len(commits) == 3  # the two replays committed nothing
-    assert commits[1]["txn"] == [{"appId": "app", "version": 1,
-                                  "lastUpdated": commits[1]["txn"][0]["lastUpdated"]}]  # fmt: skip
+    assert commits[1]["txn"] == [
+        {"appId": "app", "version": 1, "lastUpdated": commits[1]["txn"][0]["lastUpdated"]}
+    ]
     # The same commit as Delta's own append writes (that of the first commit).
-    info = [{k: c["commitInfo"][0][k] for k in ("operation", "operationParameters")}
-            for c in commits]  # fmt: skip
+    info = [
+        {k: c["commitInfo"][0][k] for k in ("operation", "operationParameters")} for c in commits
+    ]
     assert (
         info
         == [{"operation": "WRITE", "operationParameters": {"mode": "Append", "partitionBy": "[]"}}]
@@ -63,8 +65,14 @@ def test_delta_s_own_writer_sees_the_transaction_ids_it_committed(spark, tmp_pat
     txn.append(local_frame(spark, [(1, "a")], SCHEMA), path, "app", 0)
     txn.append(local_frame(spark, [(2, "b")], SCHEMA), path, "app", 5)
     # A replay written through Delta's DataFrameWriter (as an older writer would): skipped.
-    (local_frame(spark, [(9, "z")], SCHEMA).write.format("delta").mode("append")
-     .option("txnAppId", "app").option("txnVersion", 5).save(path))  # fmt: skip
+    (
+        local_frame(spark, [(9, "z")], SCHEMA)
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", "app")
+        .option("txnVersion", 5)
+        .save(path)
+    )
     assert _rows(spark, path) == [(1, "a"), (2, "b")]
 
 
@@ -79,8 +87,9 @@ def test_a_new_column_goes_through_schema_merge_and_a_not_null_column_is_enforce
     assert txn.append_in_transaction(wider, path, "app", 1) is None  # new column: Delta's writer
     txn.append(wider, path, "app", 1, merge_schema=True)
     assert _rows(spark, path) == [(1, "a", None), (2, "b", 7)]
-    txn.append(local_frame(spark, [(3, "c", 8)], SCHEMA + ", extra INT"), path, "app", 1,
-               merge_schema=True)  # a replay of the schema change: nothing  # fmt: skip
+    txn.append(
+        local_frame(spark, [(3, "c", 8)], SCHEMA + ", extra INT"), path, "app", 1, merge_schema=True
+    )  # a replay of the schema change: nothing
     assert len(_rows(spark, path)) == 2
 
 

@@ -11,10 +11,22 @@ from lakehouse_writer.settings import LakehouseSettings
 
 def test_run_arguments_become_settings(monkeypatch):
     monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cret")
-    args = _parser().parse_args([
-        "run", "--lakehouse", "/lake", "--checkpoint", "/ckpt", "--topics", "orders.*",
-        "--once", "--trigger-interval", "5", "--max-offsets-per-trigger", "1000",
-    ])  # fmt: skip
+    args = _parser().parse_args(
+        [
+            "run",
+            "--lakehouse",
+            "/lake",
+            "--checkpoint",
+            "/ckpt",
+            "--topics",
+            "orders.*",
+            "--once",
+            "--trigger-interval",
+            "5",
+            "--max-offsets-per-trigger",
+            "1000",
+        ]
+    )
     settings = LakehouseSettings(**_overrides(args))
     assert args.once
     assert (settings.lakehouse_path, settings.checkpoint_path) == ("/lake", "/ckpt")
@@ -24,9 +36,14 @@ def test_run_arguments_become_settings(monkeypatch):
 
 
 def test_lag_is_latest_minus_end_offset_per_topic():
-    progress = {"batchId": 3, "sources": [{
-        "endOffset": json.dumps({"a": {"0": 10, "1": 4}, "b": {"0": 7}}),
-        "latestOffset": json.dumps({"a": {"0": 12, "1": 4}, "b": {"0": 7}}),
-    }]}  # fmt: skip
+    progress = {
+        "batchId": 3,
+        "sources": [
+            {
+                "endOffset": json.dumps({"a": {"0": 10, "1": 4}, "b": {"0": 7}}),
+                "latestOffset": json.dumps({"a": {"0": 12, "1": 4}, "b": {"0": 7}}),
+            }
+        ],
+    }
     assert lag_of(progress) == {"a": 2, "b": 0}
     assert lag_of(None) == {}

@@ -43,9 +43,11 @@ _DATA_OPERATIONS = {"WRITE", "MERGE", "DELETE"}
 
 
 def _source(con: duckdb.DuckDBPyConnection, first: int, count: int) -> str:
-    return (f"select i::BIGINT as ID, 'name ' || i as NAME, ['A', 'B', 'C'][i % 3 + 1] as "
-            f"REGION, (i % 1000)::DECIMAL(10, 2) as AMOUNT from range({first}, "
-            f"{first + count}) t(i)")  # fmt: skip
+    return (
+        f"select i::BIGINT as ID, 'name ' || i as NAME, ['A', 'B', 'C'][i % 3 + 1] as "
+        f"REGION, (i % 1000)::DECIMAL(10, 2) as AMOUNT from range({first}, "
+        f"{first + count}) t(i)"
+    )
 
 
 def _produce(bootstrap: str, topic: str, schemas: str, con: duckdb.DuckDBPyConnection) -> list:
@@ -64,30 +66,38 @@ def _produce(bootstrap: str, topic: str, schemas: str, con: duckdb.DuckDBPyConne
     ) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
         truncate = create_truncate_row(schema, None)
-        producer.produce_row(target, create_key_row(truncate, KeySchema(schema)), truncate,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_row(
+            target,
+            create_key_row(truncate, KeySchema(schema)),
+            truncate,
+            RowType.TRUNCATE,
+            partition=0,
+        )
         producer.produce_from_duckdb("ORDERS", target, 50_000, RowType.REPLACE)
         ids.append(producer.commit())
-        con.execute("update ORDERS set NAME = NAME || ' v2', AMOUNT = AMOUNT + 1 "
-                    "where ID % 7 = 0")  # fmt: skip
-        producer.produce_from_duckdb("select * from ORDERS where ID % 7 = 0", target, 50_000,
-                                     RowType.UPDATE)  # fmt: skip
+        con.execute("update ORDERS set NAME = NAME || ' v2', AMOUNT = AMOUNT + 1 where ID % 7 = 0")
+        producer.produce_from_duckdb(
+            "select * from ORDERS where ID % 7 = 0", target, 50_000, RowType.UPDATE
+        )
         ids.append(producer.commit())
-        producer.produce_from_duckdb("select * from ORDERS where ID % 11 = 0", target, 50_000,
-                                     RowType.DELETE)  # fmt: skip
+        producer.produce_from_duckdb(
+            "select * from ORDERS where ID % 11 = 0", target, 50_000, RowType.DELETE
+        )
         con.execute("delete from ORDERS where ID % 11 = 0")
         ids.append(producer.commit())
         con.execute(f"insert into ORDERS {_source(con, ROWS, NEW_ROWS)}")
-        producer.produce_from_duckdb(f"select * from ORDERS where ID >= {ROWS}", target, 50_000,
-                                     RowType.INSERT)  # fmt: skip
+        producer.produce_from_duckdb(
+            f"select * from ORDERS where ID >= {ROWS}", target, 50_000, RowType.INSERT
+        )
         ids.append(producer.commit())
     return ids
 
 
 def _rows(table) -> list[tuple]:
     """A pyarrow table's rows as sorted tuples."""
-    return sorted(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)),
-                      strict=True))  # fmt: skip
+    return sorted(
+        zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True)
+    )
 
 
 def _txn_actions(table: Path) -> tuple[Counter, list[tuple[int, str]]]:
@@ -113,9 +123,20 @@ def test_kill_9_at_random_points_then_restart_gives_exactly_the_source(
     commit_ids = _produce(kafka_bootstrap, topic, schemas, con)
     produced = time.monotonic()
     lake, checkpoint = tmp_path / "lake", tmp_path / "ckpt"
-    args = ["--lakehouse", str(lake), "--checkpoint", str(checkpoint), "--topics",
-            f"{topic}|_commits", "--bootstrap-servers", kafka_bootstrap,
-            "--max-offsets-per-trigger", str(BATCH), "--trigger-interval", "0"]  # fmt: skip
+    args = [
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(checkpoint),
+        "--topics",
+        f"{topic}|_commits",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--max-offsets-per-trigger",
+        str(BATCH),
+        "--trigger-interval",
+        "0",
+    ]
     env = {"LAKEHOUSE_SCHEMAS_TOPIC": schemas}
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)

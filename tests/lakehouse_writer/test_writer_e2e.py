@@ -17,11 +17,17 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 def _commit_record(topic: str, time_us: int) -> tuple[str, bytes, bytes]:
     commit_id = str(uuid.uuid4())
-    value = {"commit_id": commit_id, "producer": "test", "source_system": "TEST",
-             "function_name": "f", "transaction_time": time_us,
-             "tables": [{"topic": topic, "table": "SHOP.ORDERS", "rows": 4}],
-             "partitions": [{"topic": topic, "partition": 0, "min_offset": 0, "max_offset": 3,
-                             "rows": 4}]}  # fmt: skip
+    value = {
+        "commit_id": commit_id,
+        "producer": "test",
+        "source_system": "TEST",
+        "function_name": "f",
+        "transaction_time": time_us,
+        "tables": [{"topic": topic, "table": "SHOP.ORDERS", "rows": 4}],
+        "partitions": [
+            {"topic": topic, "partition": 0, "min_offset": 0, "max_offset": 3, "rows": 4}
+        ],
+    }
     return commit_id, commit_id.encode(), json.dumps(value).encode()
 
 
@@ -43,29 +49,74 @@ def test_writer_applies_committed_transactions_and_rejects_poison(
     schema = sample_schema()
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     commit_id, ckey, cvalue = _commit_record(topic, T0 + 1)
-    produce_transaction(kafka_bootstrap, topic, schema, [
-        {"ID": i, "NAME": f"n{i}", "REGION": "A" if i < 4 else "B", "__change_type": "I",
-         "__change_time": T0 + 1, "partition": i % 2} for i in range(1, 5)
-    ], extra=[(commits, ckey, cvalue)])  # fmt: skip
-    produce_transaction(kafka_bootstrap, topic, schema, [
-        {"ID": 1, "NAME": "n1-updated", "REGION": "A", "__change_type": "U",
-         "__change_time": T0 + 2, "partition": 1},
-        {"ID": 2, "NAME": "n2", "__change_type": "D", "__change_time": T0 + 2},
-    ])  # fmt: skip
-    produce_transaction(kafka_bootstrap, topic, schema, [
-        {"ID": 99, "NAME": "ghost", "__change_type": "I", "__change_time": T0 + 3},
-    ], commit=False)  # fmt: skip
-    produce_transaction(kafka_bootstrap, topic, schema, [
-        {"ID": 0, "__change_type": "T", "__change_time": T0 + 4, "__truncate": {"REGION": "B"}},
-        {"ID": 10, "NAME": "n10", "REGION": "B", "__change_type": "R", "__change_time": T0 + 4},
-    ])  # fmt: skip
+    produce_transaction(
+        kafka_bootstrap,
+        topic,
+        schema,
+        [
+            {
+                "ID": i,
+                "NAME": f"n{i}",
+                "REGION": "A" if i < 4 else "B",
+                "__change_type": "I",
+                "__change_time": T0 + 1,
+                "partition": i % 2,
+            }
+            for i in range(1, 5)
+        ],
+        extra=[(commits, ckey, cvalue)],
+    )
+    produce_transaction(
+        kafka_bootstrap,
+        topic,
+        schema,
+        [
+            {
+                "ID": 1,
+                "NAME": "n1-updated",
+                "REGION": "A",
+                "__change_type": "U",
+                "__change_time": T0 + 2,
+                "partition": 1,
+            },
+            {"ID": 2, "NAME": "n2", "__change_type": "D", "__change_time": T0 + 2},
+        ],
+    )
+    produce_transaction(
+        kafka_bootstrap,
+        topic,
+        schema,
+        [
+            {"ID": 99, "NAME": "ghost", "__change_type": "I", "__change_time": T0 + 3},
+        ],
+        commit=False,
+    )
+    produce_transaction(
+        kafka_bootstrap,
+        topic,
+        schema,
+        [
+            {"ID": 0, "__change_type": "T", "__change_time": T0 + 4, "__truncate": {"REGION": "B"}},
+            {"ID": 10, "NAME": "n10", "REGION": "B", "__change_type": "R", "__change_time": T0 + 4},
+        ],
+    )
     _poison(kafka_bootstrap, topic, schema.to_avro_json())
 
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     monkeypatch.setenv("LAKEHOUSE_COMMITS_TOPIC", commits)
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", f"{topic}|{commits}", "--bootstrap-servers", kafka_bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        f"{topic}|{commits}",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+    ]
     if max_offsets:
         argv += ["--max-offsets-per-trigger", str(max_offsets)]
     assert main(argv) == 0
@@ -77,9 +128,13 @@ def test_writer_applies_committed_transactions_and_rejects_poison(
     assert len(rejected) == 3
     assert all(r.topic == topic and r.error for r in rejected)
     header = single_object_header(schema_fingerprint(schema.to_avro_json()))
-    assert sorted(bytes(r.value) for r in rejected) == sorted([  # the bytes as sent, exactly
-        b"random bytes, no header", b"\xc3\x01" + b"\x01" * 8 + b"\x02abc", header + b"\x02",
-    ])  # fmt: skip
+    assert sorted(bytes(r.value) for r in rejected) == sorted(
+        [  # the bytes as sent, exactly
+            b"random bytes, no header",
+            b"\xc3\x01" + b"\x01" * 8 + b"\x02abc",
+            header + b"\x02",
+        ]
+    )
     committed = spark.read.format("delta").load(str(lake / "_commits")).collect()
     assert [(c.commit_id, c.transaction_time) for c in committed] == [(commit_id, T0 + 1)]
     assert committed[0].table_versions["SHOP.ORDERS"] >= 1
@@ -106,13 +161,28 @@ def test_the_topics_regex_names_whole_topics(
         for name, target in ((topic, "ORDERS"), (longer, "OTHER")):
             schema = sample_schema(name=target)
             publish_schemas(kafka_bootstrap, name, schemas, schema)
-            produce_transaction(kafka_bootstrap, name, schema, [
-                {"ID": 1, "NAME": target, "__change_type": "I", "__change_time": T0 + 1},
-            ])  # fmt: skip
+            produce_transaction(
+                kafka_bootstrap,
+                name,
+                schema,
+                [
+                    {"ID": 1, "NAME": target, "__change_type": "I", "__change_time": T0 + 1},
+                ],
+            )
         lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
         monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
-        argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-                "--topics", topic, "--bootstrap-servers", kafka_bootstrap]  # fmt: skip
+        argv = [
+            "run",
+            "--lakehouse",
+            str(lake),
+            "--checkpoint",
+            str(ckpt),
+            "--once",
+            "--topics",
+            topic,
+            "--bootstrap-servers",
+            kafka_bootstrap,
+        ]
         assert main(argv) == 0
     finally:
         kafka_admin.delete_topics([longer])[longer].result(timeout=30)

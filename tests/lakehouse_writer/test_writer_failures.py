@@ -44,8 +44,9 @@ def test_an_unreachable_broker_fails_within_the_connect_timeout_naming_it(tmp_pa
     writer = WriterProcess(
         ["--lakehouse", str(tmp_path / "lake"), "--checkpoint", str(checkpoint), "--once"],
         {"KAFKA_BOOTSTRAP_SERVERS": UNREACHABLE, "LAKEHOUSE_CONNECT_TIMEOUT_S": str(BOUND_S)},
-        tmp_path / "writer.log", str(checkpoint),
-    )  # fmt: skip
+        tmp_path / "writer.log",
+        str(checkpoint),
+    )
     started = time.monotonic()
     try:
         code = writer.wait(BOUND_S + SLACK_S)
@@ -72,10 +73,21 @@ def test_a_lakehouse_under_a_regular_file_fails_with_its_root_cause(
     (tmp_path / "a_file").write_text("not a directory")
     checkpoint = tmp_path / "ckpt"
     writer = WriterProcess(
-        ["--lakehouse", str(tmp_path / "a_file" / "lake"), "--checkpoint", str(checkpoint),
-         "--topics", topic, "--bootstrap-servers", kafka_bootstrap, "--once"],
-        {"LAKEHOUSE_SCHEMAS_TOPIC": schemas}, tmp_path / "writer.log", str(checkpoint),
-    )  # fmt: skip
+        [
+            "--lakehouse",
+            str(tmp_path / "a_file" / "lake"),
+            "--checkpoint",
+            str(checkpoint),
+            "--topics",
+            topic,
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--once",
+        ],
+        {"LAKEHOUSE_SCHEMAS_TOPIC": schemas},
+        tmp_path / "writer.log",
+        str(checkpoint),
+    )
     try:
         code = writer.wait(300)
     finally:
@@ -114,10 +126,15 @@ def test_only_the_topics_the_java_pattern_matches_get_tables(
     publish_schemas(kafka_bootstrap, other, schemas, sample_schema("OTHER"))
     produce_transaction(kafka_bootstrap, ours, sample_schema("ORDERS"), [ROW])
     lake = tmp_path / "lake"
-    settings = LakehouseSettings(**writer_env(
-        str(lake), str(tmp_path / "ckpt"), kafka_bootstrap,
-        LAKEHOUSE_SCHEMAS_TOPIC=schemas, LAKEHOUSE_TOPICS_REGEX=rf"\Q{ours}\E\p{{Alpha}}*",
-    ))  # fmt: skip
+    settings = LakehouseSettings(
+        **writer_env(
+            str(lake),
+            str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+            LAKEHOUSE_TOPICS_REGEX=rf"\Q{ours}\E\p{{Alpha}}*",
+        )
+    )
     job.run(spark, settings, once=True)
     assert (lake / "SHOP" / "ORDERS" / "_delta_log").is_dir()
     assert not (lake / "SHOP" / "OTHER").exists(), "a table for a topic the writer does not read"
@@ -129,10 +146,15 @@ def test_a_bad_topic_pattern_fails_before_anything_is_written(
     topic, schemas = new_topic(), new_topic(suffix="_schemas")
     publish_schemas(kafka_bootstrap, topic, schemas, sample_schema())
     lake, checkpoint = tmp_path / "lake", tmp_path / "ckpt"
-    settings = LakehouseSettings(**writer_env(
-        str(lake), str(checkpoint), kafka_bootstrap,
-        LAKEHOUSE_SCHEMAS_TOPIC=schemas, LAKEHOUSE_TOPICS_REGEX=f"{topic}[",
-    ))  # fmt: skip
+    settings = LakehouseSettings(
+        **writer_env(
+            str(lake),
+            str(checkpoint),
+            kafka_bootstrap,
+            LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+            LAKEHOUSE_TOPICS_REGEX=f"{topic}[",
+        )
+    )
     with pytest.raises(WriterFailed, match="TopicPatternError: .*Unclosed character class"):
         job.run(spark, settings, once=True)
     status = read_status(str(checkpoint))
@@ -151,11 +173,19 @@ def test_a_failure_names_the_innermost_java_cause_without_secrets(spark, tmp_pat
 
 
 def test_a_failed_start_shows_no_secret_anywhere(tmp_path, monkeypatch, capsys, caplog):
-    secrets = {"KAFKA_SASL_PASSWORD": "kafka-pw-51c0", "KAFKA_OAUTH_CLIENT_SECRET": "oauth-7d2e",
-               "SCHEMA_REGISTRY_BASIC_AUTH_PASSWORD": "registry-pw-a4b9"}  # fmt: skip
-    env = {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
-           "KAFKA_SASL_USERNAME": "writer", "SCHEMA_REGISTRY_URL": "http://127.0.0.1:1",
-           "SCHEMA_REGISTRY_BASIC_AUTH_USER": "reader", **secrets}  # fmt: skip
+    secrets = {
+        "KAFKA_SASL_PASSWORD": "kafka-pw-51c0",
+        "KAFKA_OAUTH_CLIENT_SECRET": "oauth-7d2e",
+        "SCHEMA_REGISTRY_BASIC_AUTH_PASSWORD": "registry-pw-a4b9",
+    }
+    env = {
+        "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "KAFKA_SASL_MECHANISM": "PLAIN",
+        "KAFKA_SASL_USERNAME": "writer",
+        "SCHEMA_REGISTRY_URL": "http://127.0.0.1:1",
+        "SCHEMA_REGISTRY_BASIC_AUTH_USER": "reader",
+        **secrets,
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("KAFKA_OVERRIDES", '{"ssl.key.password": "override-pw-77e1"}')
@@ -163,8 +193,18 @@ def test_a_failed_start_shows_no_secret_anywhere(tmp_path, monkeypatch, capsys, 
     settings = LakehouseSettings(**writer_env(str(tmp_path / "lake"), "ckpt", UNREACHABLE))
     assert sorted(secrets_of(settings)) == sorted(secrets.values())  # nested settings too
     checkpoint = tmp_path / "ckpt"
-    argv = ["run", "--lakehouse", str(tmp_path / "lake"), "--checkpoint", str(checkpoint),
-            "--bootstrap-servers", UNREACHABLE, "--connect-timeout", "1", "--once"]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(tmp_path / "lake"),
+        "--checkpoint",
+        str(checkpoint),
+        "--bootstrap-servers",
+        UNREACHABLE,
+        "--connect-timeout",
+        "1",
+        "--once",
+    ]
     code = main(argv)
     out = capsys.readouterr()
     shown = [out.out, out.err, caplog.text, *(p.read_text() for p in checkpoint.iterdir())]

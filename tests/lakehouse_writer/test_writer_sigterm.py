@@ -38,23 +38,43 @@ def test_sigterm_stops_after_the_current_batch_with_consistent_tables(
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     commit_ids = []
     for k in range(TRANSACTIONS):
-        rows = [{"ID": k * ROWS + i, "NAME": f"n{k}", "__change_type": "I",
-                 "__change_time": T0 + k} for i in range(ROWS)]  # fmt: skip
+        rows = [
+            {"ID": k * ROWS + i, "NAME": f"n{k}", "__change_type": "I", "__change_time": T0 + k}
+            for i in range(ROWS)
+        ]
         first = k * (ROWS + 1)
-        record = commit_message(commits, 0, T0 + k, ends=[(topic, 0, first, first + ROWS - 1)],
-                                tables=[(topic, "SHOP.ORDERS", ROWS)])  # fmt: skip
+        record = commit_message(
+            commits,
+            0,
+            T0 + k,
+            ends=[(topic, 0, first, first + ROWS - 1)],
+            tables=[(topic, "SHOP.ORDERS", ROWS)],
+        )
         commit_ids.append(record[3].decode())
-        produce_transaction(kafka_bootstrap, topic, schema, rows,
-                            extra=[(commits, record[3], record[4])])  # fmt: skip
+        produce_transaction(
+            kafka_bootstrap, topic, schema, rows, extra=[(commits, record[3], record[4])]
+        )
 
     lake, checkpoint = tmp_path / "lake", tmp_path / "ckpt"
     writer = WriterProcess(
-        ["--lakehouse", str(lake), "--checkpoint", str(checkpoint), "--topics",
-         f"{topic}|{commits}", "--bootstrap-servers", kafka_bootstrap,
-         "--max-offsets-per-trigger", "6", "--trigger-interval", "0"],
+        [
+            "--lakehouse",
+            str(lake),
+            "--checkpoint",
+            str(checkpoint),
+            "--topics",
+            f"{topic}|{commits}",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--max-offsets-per-trigger",
+            "6",
+            "--trigger-interval",
+            "0",
+        ],
         {"LAKEHOUSE_SCHEMAS_TOPIC": schemas, "LAKEHOUSE_COMMITS_TOPIC": commits},
-        tmp_path / "writer.log", str(checkpoint),
-    )  # fmt: skip
+        tmp_path / "writer.log",
+        str(checkpoint),
+    )
     try:
         writer.wait_for_batch_after(1, timeout_s=300)  # three batches: a whole transaction
         writer.proc.send_signal(signal.SIGTERM)
@@ -78,9 +98,10 @@ def test_sigterm_stops_after_the_current_batch_with_consistent_tables(
     assert 0 < len(expected_ids) < TRANSACTIONS * ROWS, "the stop came before or after all rows"
     table = spark.read.format("delta").load(str(lake / "SHOP" / "ORDERS"))
     assert sorted(r.ID for r in table.collect()) == expected_ids
-    complete = [commit_ids[k] for k in range(TRANSACTIONS)
-                if k * (ROWS + 1) + ROWS - 1 < ends.get(topic, 0)
-                and 2 * k < ends.get(commits, 0)]  # fmt: skip
-    written = spark.read.format("delta").load(str(lake / "_commits")).collect() if complete \
-        else []  # fmt: skip
+    complete = [
+        commit_ids[k]
+        for k in range(TRANSACTIONS)
+        if k * (ROWS + 1) + ROWS - 1 < ends.get(topic, 0) and 2 * k < ends.get(commits, 0)
+    ]
+    written = spark.read.format("delta").load(str(lake / "_commits")).collect() if complete else []
     assert sorted(r.commit_id for r in written) == sorted(complete)

@@ -22,8 +22,9 @@ def _ledger_record() -> str:
     ledger.partitions[("orders", 0)] = PartitionStats(3, 10, 12)
     ledger.partitions[("orders", 1)] = PartitionStats(2, 4, 5)
     ledger.partitions[("items", 0)] = PartitionStats(1, 7, 7)
-    record = ledger.commit_record(commit_id="c-1", producer="dev.bronze.flow.0",
-                                  source_system="SHOP", function_name="flow")  # fmt: skip
+    record = ledger.commit_record(
+        commit_id="c-1", producer="dev.bronze.flow.0", source_system="SHOP", function_name="flow"
+    )
     return json.dumps(record)
 
 
@@ -52,9 +53,14 @@ def test_a_producer_commit_record_names_its_partition_ends_and_tables():
         ({("orders", 0): 12, ("orders", 1): 5}, None, False),
         ({("orders", 0): 12, ("orders", 1): 5}, "orders|_commits", True),
     ],
-    ids=["at-the-ends", "past-the-ends", "one-row-short", "partition-unseen",
-         "unread-topic-ignored"],
-)  # fmt: skip
+    ids=[
+        "at-the-ends",
+        "past-the-ends",
+        "one-row-short",
+        "partition-unseen",
+        "unread-topic-ignored",
+    ],
+)
 def test_a_commit_is_complete_once_every_partition_read_here_reached_its_end(
     processed, regex, complete
 ):
@@ -68,7 +74,9 @@ def test_commits_of_unread_topics_are_not_ours_and_stopped_tables_are_unvouched(
     assert RECORD.versions(versions, ALL) == (versions, [])
     assert RECORD.versions({"SHOP.ORDERS": 4}, ALL) == ({"SHOP.ORDERS": 4}, ["SHOP.ITEMS"])
     assert RECORD.versions(versions, ALL, stopped={"SHOP.ORDERS"}) == (
-        {"SHOP.ITEMS": 2}, ["SHOP.ORDERS"])  # fmt: skip
+        {"SHOP.ITEMS": 2},
+        ["SHOP.ORDERS"],
+    )
     assert RECORD.versions(versions, topic_filter("orders")) == ({"SHOP.ORDERS": 4}, [])
 
 
@@ -88,11 +96,16 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
     store, other = StateStore(spark, path, "a"), StateStore(spark, path, "b")
     pending = CommitRecord.parse(_ledger_record(), "_commits", 0, 99)
     batches = [
-        BatchChanges({("orders", 0): 12, ("_commits", 0): 99}, {"SHOP.ORDERS": 1}, [pending],
-                     [], {"SHOP.ITEMS": "incompatible column type"}),
+        BatchChanges(
+            {("orders", 0): 12, ("_commits", 0): 99},
+            {"SHOP.ORDERS": 1},
+            [pending],
+            [],
+            {"SHOP.ITEMS": "incompatible column type"},
+        ),
         BatchChanges({("orders", 0): 20, ("items", 0): 7}, {"SHOP.ORDERS": 2}),
         BatchChanges({("orders", 1): 5}, {"SHOP.ORDERS": 3}, [], ["c-1"]),
-    ]  # fmt: skip
+    ]
     state = WriterState()
     for batch_id, changes in enumerate(batches):
         store.append(changes, batch_id)
@@ -105,8 +118,12 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
     loaded = store.load()
     assert loaded == state
     assert (loaded.last_batch, loaded.pending, loaded.versions) == (2, {}, {"SHOP.ORDERS": 3})
-    assert loaded.offsets == {("orders", 0): 20, ("orders", 1): 5, ("items", 0): 7,
-                              ("_commits", 0): 99}  # fmt: skip
+    assert loaded.offsets == {
+        ("orders", 0): 20,
+        ("orders", 1): 5,
+        ("items", 0): 7,
+        ("_commits", 0): 99,
+    }
     assert loaded.stopped == {"SHOP.ITEMS": "incompatible column type"}
 
     store.compact(loaded)
@@ -146,8 +163,7 @@ def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive
     first = log.record("SHOP.ORDERS", [scoped])
     assert log.record("SHOP.ORDERS", [scoped]) == []  # known already: no second row
     store.append(BatchChanges({("orders", 0): 3}, truncates=first), 0)
-    other.append(BatchChanges({("orders", 1): 4}, truncates=log.record("SHOP.ITEMS", [whole])),
-                 0)  # fmt: skip
+    other.append(BatchChanges({("orders", 1): 4}, truncates=log.record("SHOP.ITEMS", [whole])), 0)
     local_frame(
         spark, [("SHOP.ITEMS", 30, '{"sku": "x"}')], "table STRING, time_us BIGINT, scope STRING"
     ).write.format("delta").save(legacy)
@@ -166,10 +182,14 @@ def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive
 
 @pytest.mark.spark
 def test_local_frames_keep_every_value_and_type_of_the_system_rows(spark):
-    schema = ("raw STRING, versions MAP<STRING, BIGINT>, missing ARRAY<STRING>, part INT, "
-              "off BIGINT, key BINARY")  # fmt: skip
-    rows = [("{}", {"SHOP.ORDERS": 3}, ["SHOP.ITEMS"], 1, 1 << 40, b"\x00\xff"),
-            (None, {}, [], None, None, None)]  # fmt: skip
+    schema = (
+        "raw STRING, versions MAP<STRING, BIGINT>, missing ARRAY<STRING>, part INT, "
+        "off BIGINT, key BINARY"
+    )
+    rows = [
+        ("{}", {"SHOP.ORDERS": 3}, ["SHOP.ITEMS"], 1, 1 << 40, b"\x00\xff"),
+        (None, {}, [], None, None, None),
+    ]
     frame = local_frame(spark, rows, schema)
     assert frame.schema.simpleString() == (
         "struct<raw:string,versions:map<string,bigint>,missing:array<string>,part:int,"

@@ -70,15 +70,19 @@ def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     assert info.columns["NEW COL"].simpleString() == "string"
     props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
     assert props["delta.columnMapping.mode"] == "name"  # turned on for the space in the name
-    given = spark.sql("SELECT 1L AS ID, 'x' AS `NEW COL`, 'I' AS __change_type, "
-                      "current_timestamp() AS __change_time, "
-                      "'test' AS __source_system")  # fmt: skip
+    given = spark.sql(
+        "SELECT 1L AS ID, 'x' AS `NEW COL`, 'I' AS __change_type, "
+        "current_timestamp() AS __change_time, "
+        "'test' AS __source_system"
+    )
     conform(given, info).write.format("delta").mode("append").save(info.path)
     row = spark.read.format("delta").load(info.path).collect()[0]
     assert (row["ID"], row["NEW COL"]) == (1, "x")
     props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
-    assert props["delta.dataSkippingStatsColumns"] == \
-        "`ID`,`REVENUE$`,`Größe`,`NEW COL`,`__change_time`"  # fmt: skip
+    assert (
+        props["delta.dataSkippingStatsColumns"]
+        == "`ID`,`REVENUE$`,`Größe`,`NEW COL`,`__change_time`"
+    )
     stats = json.loads(_added_files(info.path)[-1]["stats"])
     minimum = stats["minValues"]  # REVENUE$ and Größe are null; NEW COL by its physical name
     assert len(minimum) == 3 and minimum["ID"] == 1 and "__change_time" in minimum
@@ -128,8 +132,7 @@ def test_stats_columns_are_the_first_32_payload_columns_delta_can_skip_on_and_th
     columns = [("flag", "boolean"), ("blob", "binary"), ("tags", "map<string,string>")]
     columns += [(f"c{i}", "decimal(10,2)" if i % 2 else "string") for i in range(40)]
     columns += [("__change_type", "string"), ("__change_time", "timestamp")]
-    assert stats_columns(columns) == ",".join(
-        [*(f"`c{i}`" for i in range(32)), "`__change_time`"]
-    )  # fmt: skip
-    assert stats_columns([("a`b", "int"), ("__source_system", "string")]) == \
-        "`a``b`,`__change_time`"  # fmt: skip
+    assert stats_columns(columns) == ",".join([*(f"`c{i}`" for i in range(32)), "`__change_time`"])
+    assert (
+        stats_columns([("a`b", "int"), ("__source_system", "string")]) == "`a``b`,`__change_time`"
+    )

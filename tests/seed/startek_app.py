@@ -40,8 +40,13 @@ class StarTekRunner(FunctionRunner):
         key_schema = KeySchema(reader.table_schema)
         target = producer.add_target(target_table, target_table, key_schema, reader.table_schema)
         truncate_row = create_truncate_row(reader.table_schema, None)
-        producer.produce_row(target, create_key_row(truncate_row, key_schema), truncate_row,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_row(
+            target,
+            create_key_row(truncate_row, key_schema),
+            truncate_row,
+            RowType.TRUNCATE,
+            partition=0,
+        )
         producer.produce_from_duckdb(target_table, target, 40000, RowType.REPLACE, partition=0)
         producer.commit()
 
@@ -55,7 +60,8 @@ async def run(req: functions.HttpRequest) -> functions.HttpResponse:
     """The documentation's function, with the StarTek reader (opened by its own __aenter__)."""
     async with StarTekReader(logger) as reader:
         kafka_settings = KafkaSecretSettings()
-        with KafkaProducer(SOURCE_SYSTEM_NAME, FUNCTION_NAME, ZONE, get_environment(),
-                           kafka_settings, logger) as producer:  # fmt: skip
+        with KafkaProducer(
+            SOURCE_SYSTEM_NAME, FUNCTION_NAME, ZONE, get_environment(), kafka_settings, logger
+        ) as producer:
             runner = StarTekRunner(FUNCTION_NAME, logger)
             return await runner.http(req, producer, reader)

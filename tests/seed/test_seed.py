@@ -80,8 +80,10 @@ def last_transaction(bootstrap: str, topic: str) -> list[dict]:
 
 
 def sample_plan_source() -> list[tuple]:
-    return sorted((p, plant, name, target, changed.replace(tzinfo=UTC))
-                  for p, plant, name, target, changed in oracle_standin.SAMPLE_PLAN)  # fmt: skip
+    return sorted(
+        (p, plant, name, target, changed.replace(tzinfo=UTC))
+        for p, plant, name, target, changed in oracle_standin.SAMPLE_PLAN
+    )
 
 
 def startek_source() -> list[tuple]:
@@ -109,8 +111,9 @@ def run_startek(sources) -> list[dict]:
 def test_the_labware_function_publishes_the_oracle_table(sources):
     rows = run_labware(sources)
     assert [v["__change_type"] for v in rows] == ["T"] + ["R"] * len(oracle_standin.SAMPLE_PLAN)
-    published = sorted((v["PLAN_ID"], v["PLANT_ID"], v["NAME"], v["TARGET"], v["CHANGED_ON"])
-                       for v in rows[1:])  # fmt: skip
+    published = sorted(
+        (v["PLAN_ID"], v["PLANT_ID"], v["NAME"], v["TARGET"], v["CHANGED_ON"]) for v in rows[1:]
+    )
     assert published == sample_plan_source()
 
 
@@ -125,22 +128,34 @@ def test_the_startek_reader_loads_every_page_without_await(sources):
 @pytest.mark.kafka
 @pytest.mark.spark
 @pytest.mark.slow
-def test_the_documented_flows_land_in_delta_equal_to_their_sources(sources, spark, tmp_path,
-                                                                    monkeypatch):  # fmt: skip
+def test_the_documented_flows_land_in_delta_equal_to_their_sources(
+    sources, spark, tmp_path, monkeypatch
+):
     from lakehouse_writer.cli import main
 
     run_labware(sources)
     run_startek(sources)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
     monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)  # where the producer wrote
-    argv = ["run", "--lakehouse", str(lake), "--checkpoint", str(ckpt), "--once",
-            "--topics", f"{LABWARE_TOPIC}|{STARTEK_TOPIC}",
-            "--bootstrap-servers", sources.bootstrap]  # fmt: skip
+    argv = [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        f"{LABWARE_TOPIC}|{STARTEK_TOPIC}",
+        "--bootstrap-servers",
+        sources.bootstrap,
+    ]
     assert main(argv) == 0
 
     def delta(path, *columns):
-        return sorted(tuple(r) for r in spark.read.format("delta").load(str(lake / path))
-                      .select(*columns).collect())  # fmt: skip
+        return sorted(
+            tuple(r)
+            for r in spark.read.format("delta").load(str(lake / path)).select(*columns).collect()
+        )
 
     plans = delta("LABWARE/SAMPLE_PLAN", "PLAN_ID", "PLANT_ID", "NAME", "TARGET", "CHANGED_ON")
     assert [(*p[:4], p[4].replace(tzinfo=UTC)) for p in plans] == sample_plan_source()

@@ -123,9 +123,11 @@ class Connection:
     """
 
     def __init__(
-        self, conn: duckdb.DuckDBPyConnection, user: str,
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        user: str,
         oracle_types: Mapping[str, OracleType] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._conn = conn
         self._oracle_types = dict(oracle_types or {})
         install_functions(conn)
@@ -139,9 +141,14 @@ class Connection:
         return Cursor(self._conn, self._oracle_types)
 
     async def fetch_df_batches(
-        self, statement: str, parameters: Any = None, size: int | None = None, *,
-        fetch_decimals: bool | None = None, requested_schema: Any = None,
-    ) -> AsyncIterator[Any]:  # fmt: skip
+        self,
+        statement: str,
+        parameters: Any = None,
+        size: int | None = None,
+        *,
+        fetch_decimals: bool | None = None,
+        requested_schema: Any = None,
+    ) -> AsyncIterator[Any]:
         """Yield ``oracledb.DataFrame`` batches of ``size`` rows, as python-oracledb does."""
         self.statements.append(statement)
         cursor = self._conn.cursor()

@@ -206,10 +206,17 @@ def landing(seq: Sequence, positions: Mapping[int, Position]) -> list[str]:
 def transaction(*rows: tuple[str, int, int, int]) -> Transaction:
     """A hand-written committed transaction of (code, K1, partition, SEQ) rows; NOTE is
     ``n<SEQ>``; B and U rows form one pair."""
-    return Transaction(tuple(
-        Change(code, {"K1": k, "REGION": None, "GRP": 1, "NOTE": f"n{n}", "SEQ": n}, p,
-               pair=0 if code in ("B", "U") else None)
-        for code, k, p, n in rows))  # fmt: skip
+    return Transaction(
+        tuple(
+            Change(
+                code,
+                {"K1": k, "REGION": None, "GRP": 1, "NOTE": f"n{n}", "SEQ": n},
+                p,
+                pair=0 if code in ("B", "U") else None,
+            )
+            for code, k, p, n in rows
+        )
+    )
 
 
 # -- strategies -------------------------------------------------------------------------------
@@ -217,8 +224,9 @@ def transaction(*rows: tuple[str, int, int, int]) -> Transaction:
 
 def _image(keys: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
     fields = {k: st.sampled_from(KEY_VALUES[k]) for k in keys or ("K1",)}
-    fields.update(REGION=st.sampled_from(REGIONS), GRP=st.sampled_from(GROUPS),
-                  NOTE=st.sampled_from(NOTES))  # fmt: skip
+    fields.update(
+        REGION=st.sampled_from(REGIONS), GRP=st.sampled_from(GROUPS), NOTE=st.sampled_from(NOTES)
+    )
     return st.fixed_dictionaries(fields)
 
 
@@ -228,8 +236,12 @@ def _partition(partitions: int) -> st.SearchStrategy[int | None]:
 
 def _scopes(keys: tuple[str, ...], scoped: bool) -> st.SearchStrategy[dict[str, Any] | None]:
     region, group = st.sampled_from(REGIONS), st.sampled_from(GROUPS)
-    choices = [{"REGION": region}, {"GRP": group}, {"REGION": region, "GRP": group},
-               {"K1": st.sampled_from(KEY_VALUES["K1"])}]  # fmt: skip
+    choices = [
+        {"REGION": region},
+        {"GRP": group},
+        {"REGION": region, "GRP": group},
+        {"K1": st.sampled_from(KEY_VALUES["K1"])},
+    ]
     return st.one_of(st.none(), *map(st.fixed_dictionaries, choices)) if scoped else st.none()
 
 
@@ -239,8 +251,7 @@ def _step(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> li
     codes = [*UPSERTS, *DELETES, "T"] + (["P", "P", "pair", "pair", "pair"] if keys else [])
     code = draw(st.sampled_from(codes))
     if code == "T":
-        return [Change("T", {}, draw(_partition(partitions)),
-                       scope=draw(_scopes(keys, scoped)))]  # fmt: skip
+        return [Change("T", {}, draw(_partition(partitions)), scope=draw(_scopes(keys, scoped)))]
     if code != "pair":
         values = draw(_image(keys))
         if code == "X":  # only key fields are set (GRP cannot be null in Avro)
@@ -248,8 +259,10 @@ def _step(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> li
         return [Change(code, values, draw(_partition(partitions)))]
     before, after = draw(_image(keys)), draw(_image(keys))
     if draw(st.booleans()):  # paired by a shared row id, each on any partition
-        return [Change("B", before, draw(_partition(partitions)), rowid="yes", pair=0),
-                Change("U", after, draw(_partition(partitions)), rowid="yes", pair=0)]  # fmt: skip
+        return [
+            Change("B", before, draw(_partition(partitions)), rowid="yes", pair=0),
+            Change("U", after, draw(_partition(partitions)), rowid="yes", pair=0),
+        ]
     partition = draw(st.integers(0, partitions - 1))  # no row id: adjacent in one partition
     return [Change("B", before, partition, pair=0), Change("U", after, partition, pair=0)]
 
@@ -275,8 +288,13 @@ def generate(count: int, scoped: bool, generation_seed: int) -> list[Sequence]:
     found: list[Sequence] = []
 
     @seed(generation_seed)
-    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=count,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(sequences(scoped=scoped))
     def collect(seq: Sequence) -> None:
         found.append(seq)
@@ -310,11 +328,13 @@ def _key(seq: Sequence, change: Change) -> tuple[Any, ...]:
     return tuple(change.values.get(k) for k in seq.keys)
 
 
-def _change(code: str, k: int, region: str | None, seq: int,
-            scope: Mapping[str, Any] | None = None) -> Change:  # fmt: skip
+def _change(
+    code: str, k: int, region: str | None, seq: int, scope: Mapping[str, Any] | None = None
+) -> Change:
     """A hand-written change on partition 0 with a REGION (what a scoped TRUNCATE looks at)."""
-    return Change(code, {"K1": k, "REGION": region, "GRP": 1, "NOTE": f"n{seq}", "SEQ": seq}, 0,
-                  scope=scope)  # fmt: skip
+    return Change(
+        code, {"K1": k, "REGION": region, "GRP": 1, "NOTE": f"n{seq}", "SEQ": seq}, 0, scope=scope
+    )
 
 
 def _pinned(keys: tuple[str, ...], *rows: tuple[str, int, int, int]) -> Sequence:
@@ -402,18 +422,31 @@ CAPPED_BATCHES: dict[str, tuple[Sequence, int]] = {
     # a transaction split by the batch end: its D (p0, 2nd batch) deleted the I of p1 (1st
     # batch), though the last row by (partition, offset) is the I
     "transaction-split-across-batches": (
-        Sequence("S000", ("K1",), 2, (transaction(("A", 2, 0, 1000), ("D", 1, 0, 1001),
-                                                  ("I", 1, 1, 1002)),), 1), 2,
+        Sequence(
+            "S000",
+            ("K1",),
+            2,
+            (transaction(("A", 2, 0, 1000), ("D", 1, 0, 1001), ("I", 1, 1, 1002)),),
+            1,
+        ),
+        2,
     ),
     # a capped batch takes partitions in proportion: a later transaction's D on p0 (1st
     # batch) was applied before an earlier transaction's I of the key on p1 (3rd batch)
     "delete-overtaken-across-partitions": (
-        Sequence("S000", ("K1",), 2, (
-            transaction(("A", 2, 1, 1000), ("A", 3, 1, 1001), ("I", 1, 1, 1002)),
-            transaction(("D", 1, 0, 1003)),
-        ), 2), 3,
+        Sequence(
+            "S000",
+            ("K1",),
+            2,
+            (
+                transaction(("A", 2, 1, 1000), ("A", 3, 1, 1001), ("I", 1, 1, 1002)),
+                transaction(("D", 1, 0, 1003)),
+            ),
+            2,
+        ),
+        3,
     ),
-}  # fmt: skip
+}
 """Writer bugs of capped micro-batches (``--max-offsets-per-trigger``), fixed by applying
 transactions whole and in commit order (``lakehouse_writer.holdback``): (sequence,
 micro-batches per writer run); each runs strictly."""
@@ -425,8 +458,11 @@ micro-batches per writer run); each runs strictly."""
 def describe(seq: Sequence, positions: Mapping[int, Position] | None = None) -> str:
     """The sequence, one change a line, for failure messages."""
     keys = ",".join(seq.keys) or "none (append-only)"
-    runs = (f"a writer run after transaction {seq.first_run} and one at the end"
-            if seq.first_run < len(seq.transactions) else "one writer run at the end")  # fmt: skip
+    runs = (
+        f"a writer run after transaction {seq.first_run} and one at the end"
+        if seq.first_run < len(seq.transactions)
+        else "one writer run at the end"
+    )
     lines = [f"table {seq.name}: key {keys}, {seq.partitions} partitions, {runs}"]
     for number, txn in enumerate(seq.transactions, 1):
         lines.append(f"  txn {number} {'committed' if txn.committed else 'ABORTED'}:")

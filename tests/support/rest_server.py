@@ -34,9 +34,16 @@ class ShopApi(LoopbackApp):
 
     def __init__(self, orders: int = 250, delay_s: float = 0.02) -> None:
         super().__init__()
-        self.orders = {n: _order(n, n % 7 + 1, "placed", Decimal(n) * Decimal("1.25"),
-                                 BASE_TIME + timedelta(seconds=(n - 1) // 10))
-                       for n in range(1, orders + 1)}  # fmt: skip
+        self.orders = {
+            n: _order(
+                n,
+                n % 7 + 1,
+                "placed",
+                Decimal(n) * Decimal("1.25"),
+                BASE_TIME + timedelta(seconds=(n - 1) // 10),
+            )
+            for n in range(1, orders + 1)
+        }
         self.delay_s = delay_s
         self.requests: Counter[int] = Counter()
         self.failures = 0
@@ -76,10 +83,15 @@ class ShopApi(LoopbackApp):
 
     def _page(self, since: str | None, page: int, size: int) -> dict[str, Any]:
         after = datetime.fromisoformat(since) if since else None
-        rows = [self.orders[n] for n in sorted(self.orders)
-                if after is None or self.orders[n]["updated_at"] >= after]  # fmt: skip
-        items = [{**row, "updated_at": row["updated_at"].isoformat()}
-                 for row in rows[(page - 1) * size : page * size]]  # fmt: skip
+        rows = [
+            self.orders[n]
+            for n in sorted(self.orders)
+            if after is None or self.orders[n]["updated_at"] >= after
+        ]
+        items = [
+            {**row, "updated_at": row["updated_at"].isoformat()}
+            for row in rows[(page - 1) * size : page * size]
+        ]
         return {"items": items, "total": len(rows)}
 
     def routes(self, router: web.UrlDispatcher) -> None:
@@ -88,5 +100,10 @@ class ShopApi(LoopbackApp):
 
 
 def _order(n: int, customer: int, status: str, amount: Decimal, at: datetime) -> dict[str, Any]:
-    return {"id": n, "customer_id": customer, "status": status, "amount": str(amount),
-            "updated_at": at}  # fmt: skip
+    return {
+        "id": n,
+        "customer_id": customer,
+        "status": status,
+        "amount": str(amount),
+        "updated_at": at,
+    }

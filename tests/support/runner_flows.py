@@ -44,22 +44,31 @@ class NumbersFlow(FunctionRunner):
         self.topic = os.environ["RUNNER_TEST_TOPIC"]
         self.source = f"SRC_{self.function_name}"
         self.before_produce: Callable[[], None] | None = None
-        duckdb.execute(f"CREATE TABLE IF NOT EXISTS {self.source} AS SELECT range AS ID, "
-                       f"'name ' || range AS NAME FROM range(1000)")  # fmt: skip
+        duckdb.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.source} AS SELECT range AS ID, "
+            f"'name ' || range AS NAME FROM range(1000)"
+        )
 
     async def _load(self, reader: SourceAdapter, producer: KafkaProducer, low: int, high: int):
         schema = await reader.load(
-            "NUMBERS", f"SELECT ID, NAME FROM {self.source} WHERE ID >= {low} AND ID < {high}",
-            "TEST", "TEST",
-        )  # fmt: skip
+            "NUMBERS",
+            f"SELECT ID, NAME FROM {self.source} WHERE ID >= {low} AND ID < {high}",
+            "TEST",
+            "TEST",
+        )
         schema.set_primary_keys("ID")
         return producer.add_target(self.topic, "NUMBERS", KeySchema(schema), schema)
 
     async def initial_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
         target = await self._load(reader, producer, 0, 10)
         truncate = create_truncate_row(target.value_schema, None)
-        producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_row(
+            target,
+            create_key_row(truncate, target.key_schema),
+            truncate,
+            RowType.TRUNCATE,
+            partition=0,
+        )
         producer.produce_from_duckdb("NUMBERS", target, 1000, RowType.REPLACE)
         self.set_delta_pointer(9)
         producer.commit()

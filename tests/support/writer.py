@@ -96,8 +96,13 @@ def publish_schemas(bootstrap: str, topic: str, schemas_topic: str, schema: Valu
     producer = Producer({"bootstrap.servers": bootstrap})
     for kind, js in (("value", schema.to_avro_json()), ("key", KeySchema(schema).to_avro_json())):
         fp = schema_fingerprint(js).hex()
-        record = {"fingerprint": fp, "schema": js, "subject": f"{topic}-{kind}", "topic": topic,
-                  "kind": kind}  # fmt: skip
+        record = {
+            "fingerprint": fp,
+            "schema": js,
+            "subject": f"{topic}-{kind}",
+            "topic": topic,
+            "kind": kind,
+        }
         producer.produce(schemas_topic, key=fp.encode(), value=json.dumps(record).encode())
     producer.flush(30)
 
@@ -150,15 +155,19 @@ KAFKA_ROW_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset B
 
 def kafka_rows(spark: Any, messages: Sequence[tuple[str, int, int, bytes | None, bytes | None]]):
     """A DataFrame shaped like the Kafka source's: (topic, partition, offset, key, value)."""
-    data = [(key, value, topic, partition, offset)
-            for topic, partition, offset, key, value in messages]  # fmt: skip
+    data = [
+        (key, value, topic, partition, offset) for topic, partition, offset, key, value in messages
+    ]
     return spark.createDataFrame(data, KAFKA_ROW_DDL)
 
 
 def row_messages(
-    topic: str, schema: ValueSchema, rows: Sequence[Mapping[str, Any]], partition: int = 0,
+    topic: str,
+    schema: ValueSchema,
+    rows: Sequence[Mapping[str, Any]],
+    partition: int = 0,
     first_offset: int = 0,
-) -> list[tuple[str, int, int, bytes, bytes]]:  # fmt: skip
+) -> list[tuple[str, int, int, bytes, bytes]]:
     """Framed change rows as (topic, partition, offset, key, value), offsets counting up."""
     out = []
     for i, row in enumerate(rows):
@@ -168,9 +177,13 @@ def row_messages(
 
 
 def commit_message(
-    topic: str, offset: int, time_us: int, ends: Sequence[tuple[str, int, int, int]],
-    tables: Sequence[tuple[str, str, int]], commit_id: str | None = None,
-) -> tuple[str, int, int, bytes, bytes]:  # fmt: skip
+    topic: str,
+    offset: int,
+    time_us: int,
+    ends: Sequence[tuple[str, int, int, int]],
+    tables: Sequence[tuple[str, str, int]],
+    commit_id: str | None = None,
+) -> tuple[str, int, int, bytes, bytes]:
     """A ``_commits`` record (docs/WIRE.md) as a Kafka row on partition 0 of ``topic``.
 
     Args:
@@ -183,19 +196,28 @@ def commit_message(
     """
     commit_id = commit_id or str(uuid.uuid4())
     value = {
-        "commit_id": commit_id, "producer": "test.tx", "source_system": "TEST",
-        "function_name": "test_flow", "transaction_time": time_us,
+        "commit_id": commit_id,
+        "producer": "test.tx",
+        "source_system": "TEST",
+        "function_name": "test_flow",
+        "transaction_time": time_us,
         "tables": [{"topic": t, "table": name, "rows": n} for t, name, n in tables],
-        "partitions": [{"topic": t, "partition": p, "min_offset": lo, "max_offset": hi,
-                        "rows": hi - lo + 1} for t, p, lo, hi in ends],
-    }  # fmt: skip
+        "partitions": [
+            {"topic": t, "partition": p, "min_offset": lo, "max_offset": hi, "rows": hi - lo + 1}
+            for t, p, lo, hi in ends
+        ],
+    }
     return (topic, 0, offset, commit_id.encode(), json.dumps(value).encode())
 
 
 def writer_env(lake: str, checkpoint: str, bootstrap: str, **more: str) -> dict[str, str]:
     """``LakehouseSettings`` keyword arguments (its environment names) for a test writer."""
-    return {"LAKEHOUSE_PATH": lake, "LAKEHOUSE_CHECKPOINT_PATH": checkpoint,
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **more}  # fmt: skip
+    return {
+        "LAKEHOUSE_PATH": lake,
+        "LAKEHOUSE_CHECKPOINT_PATH": checkpoint,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        **more,
+    }
 
 
 # -- the writer as a separate process (`python -m lakehouse_writer run ...`) -------------------
@@ -211,8 +233,9 @@ class WriterProcess:
         checkpoint: Its checkpoint directory (where the status file is).
     """
 
-    def __init__(self, args: Sequence[str], env: Mapping[str, str], log_path: Any,
-                 checkpoint: str) -> None:  # fmt: skip
+    def __init__(
+        self, args: Sequence[str], env: Mapping[str, str], log_path: Any, checkpoint: str
+    ) -> None:
         import os
         import subprocess
         import sys
@@ -222,9 +245,11 @@ class WriterProcess:
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "lakehouse_writer", "run", *args],
-            env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: kill() takes the JVM child along
-        )  # fmt: skip
+        )
 
     def status(self) -> dict[str, Any] | None:
         """The writer's status file, or None before it is written."""

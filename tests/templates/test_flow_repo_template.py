@@ -28,8 +28,9 @@ def load_function_app(monkeypatch, **env: str) -> dict:
     """Import the template's function_app.py as the Functions host indexes it."""
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    spec = importlib.util.spec_from_file_location(f"function_app_{uuid.uuid4().hex}",
-                                                  TEMPLATE / "function_app.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        f"function_app_{uuid.uuid4().hex}", TEMPLATE / "function_app.py"
+    )
     assert spec is not None and spec.loader is not None
     module: ModuleType = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -39,9 +40,12 @@ def load_function_app(monkeypatch, **env: str) -> dict:
 @pytest.fixture
 def numbers_flow(monkeypatch, kafka_bootstrap, new_topic) -> dict:
     topic = new_topic()
-    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "RUNNER_TEST_TOPIC": topic,
-           "RUNNER_TEST_FUNCTION": f"tmpl_{uuid.uuid4().hex[:8]}",
-           "FLOW_RUNNER": "tests.support.runner_flows:NumbersFlow"}  # fmt: skip
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "RUNNER_TEST_TOPIC": topic,
+        "RUNNER_TEST_FUNCTION": f"tmpl_{uuid.uuid4().hex[:8]}",
+        "FLOW_RUNNER": "tests.support.runner_flows:NumbersFlow",
+    }
     monkeypatch.delenv("FLOW_TIMER_SCHEDULE", raising=False)
     return env
 
@@ -57,12 +61,17 @@ def test_function_app_runs_a_load_answers_202_and_serves_its_status(
     assert set(functions) == {"run", "run_status", "health"}  # no timer unless opted in
     run = functions["run"].get_user_function()
     status_fn = functions["run_status"].get_user_function()
-    routes = {name: binding.get_dict_repr()["route"] for name, f in functions.items()
-              for binding in f.get_bindings() if binding.type == "httpTrigger"}  # fmt: skip
+    routes = {
+        name: binding.get_dict_repr()["route"]
+        for name, f in functions.items()
+        for binding in f.get_bindings()
+        if binding.type == "httpTrigger"
+    }
     assert routes == {"run": "run", "run_status": "runs/{run_id}", "health": "health"}
 
-    health = functions["health"].get_user_function()(func.HttpRequest("GET", "/api/health",
-                                                                      body=b""))  # fmt: skip
+    health = functions["health"].get_user_function()(
+        func.HttpRequest("GET", "/api/health", body=b"")
+    )
     assert health.status_code == 200
 
     url = "https://flow.azurewebsites.net/api/run"
@@ -81,9 +90,13 @@ def test_function_app_runs_a_load_answers_202_and_serves_its_status(
         parts = urllib.parse.urlsplit(body["status_url"])
         assert parts.netloc == "flow.azurewebsites.net"
         assert parts.path == f"/api/runs/{body['run_id']}"
-        poll = func.HttpRequest("GET", body["status_url"], body=b"",
-                                route_params={"run_id": body["run_id"]},
-                                params=dict(urllib.parse.parse_qsl(parts.query)))  # fmt: skip
+        poll = func.HttpRequest(
+            "GET",
+            body["status_url"],
+            body=b"",
+            route_params={"run_id": body["run_id"]},
+            params=dict(urllib.parse.parse_qsl(parts.query)),
+        )
         assert json.loads((await status_fn(poll)).get_body())["status"] == "RUNNING"
         gate.touch()
         for _ in range(600):
@@ -95,7 +108,10 @@ def test_function_app_runs_a_load_answers_202_and_serves_its_status(
 
     state = asyncio.run(long_delta())
     assert (state["status"], state["rows"], state["delta_pointer"]) == (
-        "COMPLETED", {"TEST.NUMBERS": 5}, 14)  # fmt: skip
+        "COMPLETED",
+        {"TEST.NUMBERS": 5},
+        14,
+    )
 
 
 @pytest.mark.kafka
@@ -133,8 +149,16 @@ def test_host_json_is_a_functions_v4_host_that_fits_the_consumption_plan():
     assert 0 < _timeout_minutes(host["functionTimeout"]) <= 10  # Consumption's maximum
     assert host["extensions"]["http"]["routePrefix"] == "api"  # status URLs sit under /api
     readme = (TEMPLATE / "README.md").read_text()
-    for fact in ("230 s", "functionTimeout", "FLOW_HTTP_WAIT_S", "202", "runs/{run_id}",
-                 "FLOW_TIMER_SCHEDULE", "Container Apps", "producer-lib serve"):  # fmt: skip
+    for fact in (
+        "230 s",
+        "functionTimeout",
+        "FLOW_HTTP_WAIT_S",
+        "202",
+        "runs/{run_id}",
+        "FLOW_TIMER_SCHEDULE",
+        "Container Apps",
+        "producer-lib serve",
+    ):
         assert fact in readme, fact
 
 
@@ -143,8 +167,14 @@ def test_local_settings_example_names_every_setting_and_holds_no_secret():
     values = settings["Values"]
     assert settings["IsEncrypted"] is False
     assert values["FUNCTIONS_WORKER_RUNTIME"] == "python"
-    for name in ("AzureWebJobsStorage", "KAFKA_BOOTSTRAP_SERVERS", "FLOW_ENVIRONMENT",
-                 "FLOW_RUNNER", "FLOW_HTTP_WAIT_S", "FLOW_TIMER_SCHEDULE"):  # fmt: skip
+    for name in (
+        "AzureWebJobsStorage",
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "FLOW_ENVIRONMENT",
+        "FLOW_RUNNER",
+        "FLOW_HTTP_WAIT_S",
+        "FLOW_TIMER_SCHEDULE",
+    ):
         assert name in values, name
     secrets = {k: v for k, v in values.items() if k.startswith("SECRET_")}
     assert secrets and all(v.startswith("<") and "placeholder" in v for v in secrets.values())
@@ -184,8 +214,11 @@ def docker_ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_keeps_what_the_dockerfile_copies_and_drops_local_state():
-    patterns = [line.strip() for line in (TEMPLATE / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]  # fmt: skip
+    patterns = [
+        line.strip()
+        for line in (TEMPLATE / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     kept_paths = (
         "wheels/flow_platform-0.1.0-py3-none-any.whl",
         "wheels/README.md",
@@ -196,8 +229,13 @@ def test_dockerignore_keeps_what_the_dockerfile_copies_and_drops_local_state():
     )
     for kept in kept_paths:
         assert not docker_ignored(kept, patterns), kept
-    for dropped in ("local.settings.json", ".env", ".venv/bin/python", ".git/HEAD",
-                    "my_flows/__pycache__/orders.cpython-311.pyc"):  # fmt: skip
+    for dropped in (
+        "local.settings.json",
+        ".env",
+        ".venv/bin/python",
+        ".git/HEAD",
+        "my_flows/__pycache__/orders.cpython-311.pyc",
+    ):
         assert docker_ignored(dropped, patterns), dropped
 
 
@@ -234,8 +272,11 @@ def test_the_template_image_builds_and_imports_the_flow_repo(tmp_path):
         pytest.skip(f"no container engine to build the template image: {reason}")
     repo = tmp_path / "flow_repo"
     shutil.copytree(TEMPLATE, repo, ignore=shutil.ignore_patterns("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(repo / "wheels"),
-                    str(REPO)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(repo / "wheels"), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
     (repo / "my_flows").mkdir()
     (repo / "my_flows" / "__init__.py").write_text("")
     (repo / "my_flows" / "orders.py").write_text(
@@ -243,15 +284,22 @@ def test_the_template_image_builds_and_imports_the_flow_repo(tmp_path):
         "    function_name = 'orders'\n"
     )
     tag = f"flow-repo-template-test:{uuid.uuid4().hex[:8]}"
-    build = subprocess.run(["docker", "build", "-t", tag, str(repo)], capture_output=True,
-                           text=True, timeout=1800)  # fmt: skip
+    build = subprocess.run(
+        ["docker", "build", "-t", tag, str(repo)], capture_output=True, text=True, timeout=1800
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     try:
-        probe = ("import os; os.chdir('/'); from producer_lib.cli import load_runner; "
-                 "print(load_runner(os.environ['FLOW_RUNNER']).function_name)\n"
-                 "try:\n import pyspark\nexcept ImportError:\n print('no spark')")  # fmt: skip
-        out = subprocess.run(["docker", "run", "--rm", tag, "python", "-c", probe],
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        probe = (
+            "import os; os.chdir('/'); from producer_lib.cli import load_runner; "
+            "print(load_runner(os.environ['FLOW_RUNNER']).function_name)\n"
+            "try:\n import pyspark\nexcept ImportError:\n print('no spark')"
+        )
+        out = subprocess.run(
+            ["docker", "run", "--rm", tag, "python", "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         assert out.stdout.split() == ["orders", "no", "spark"]
     finally:

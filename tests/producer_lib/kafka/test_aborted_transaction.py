@@ -43,23 +43,31 @@ def _schema() -> ValueSchema:
 
 def _con() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.sql("create table ORDERS as select range::bigint as ID, 'C' || range as CODE "
-            "from range(20)")  # fmt: skip
+    con.sql(
+        "create table ORDERS as select range::bigint as ID, 'C' || range as CODE from range(20)"
+    )
     return con
 
 
 def _producer(bootstrap: str, con: duckdb.DuckDBPyConnection) -> KafkaProducer:
     settings = KafkaSettings(bootstrap_servers=bootstrap)
-    return KafkaProducer("SHOPDB", f"fn_{uuid.uuid4().hex[:8]}", "bronze", "test", settings,
-                         log, duckdb_connection=con)  # fmt: skip
+    return KafkaProducer(
+        "SHOPDB",
+        f"fn_{uuid.uuid4().hex[:8]}",
+        "bronze",
+        "test",
+        settings,
+        log,
+        duckdb_connection=con,
+    )
 
 
 def _truncate_and_rows(producer: KafkaProducer, target: Target) -> None:
     truncate = create_truncate_row(target.value_schema, None)
-    producer.produce_row(target, create_key_row(truncate, target.key_schema), truncate,
-                         RowType.TRUNCATE, partition=0)  # fmt: skip
-    producer.produce_from_duckdb("select * from ORDERS where ID < 10", target, 100,
-                                 RowType.REPLACE)  # fmt: skip
+    producer.produce_row(
+        target, create_key_row(truncate, target.key_schema), truncate, RowType.TRUNCATE, partition=0
+    )
+    producer.produce_from_duckdb("select * from ORDERS where ID < 10", target, 100, RowType.REPLACE)
 
 
 def _bad_row(producer: KafkaProducer, target: Target) -> None:
@@ -74,8 +82,9 @@ def test_a_caught_error_makes_produce_and_commit_refuse(kafka_bootstrap, new_top
         with pytest.raises(EncodeError):
             _bad_row(producer, target)
         with pytest.raises(ProduceError, match="earlier error aborted") as refused:
-            producer.produce_from_duckdb("select * from ORDERS where ID >= 10", target, 100,
-                                         RowType.REPLACE)  # fmt: skip
+            producer.produce_from_duckdb(
+                "select * from ORDERS where ID >= 10", target, 100, RowType.REPLACE
+            )
         assert "EncodeError" in str(refused.value)
         assert (refused.value.topic, refused.value.table) == (topic, "SHOP.ORDERS")
         with pytest.raises(ProduceError, match="EncodeError.*Call producer.abort"):
@@ -95,8 +104,9 @@ def test_abort_then_retry_commits_the_whole_set(kafka_bootstrap, new_topic):
             _bad_row(producer, target)
         producer.abort()
         _truncate_and_rows(producer, target)
-        producer.produce_from_duckdb("select * from ORDERS where ID >= 10", target, 100,
-                                     RowType.REPLACE)  # fmt: skip
+        producer.produce_from_duckdb(
+            "select * from ORDERS where ID >= 10", target, 100, RowType.REPLACE
+        )
         assert producer.commit() is not None
     messages = consume_all(kafka_bootstrap, topic)
     assert len(messages) == 21  # TRUNCATE + 20 rows, once
@@ -141,8 +151,9 @@ class _SwallowingFlow(FunctionRunner):
         with suppress(EncodeError):
             _bad_row(producer, target)
         with suppress(ProduceError):
-            producer.produce_from_duckdb("select * from ORDERS where ID >= 10", target, 100,
-                                         RowType.REPLACE)  # fmt: skip
+            producer.produce_from_duckdb(
+                "select * from ORDERS where ID >= 10", target, 100, RowType.REPLACE
+            )
         self.set_delta_pointer(19)
         with suppress(ProduceError):
             producer.commit()
@@ -154,8 +165,9 @@ def test_a_flow_that_swallows_the_error_fails_its_run_and_keeps_the_pointer(
     topic = new_topic()
     flow = _SwallowingFlow(topic)
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap)
-    producer = KafkaProducer("SHOPDB", flow.function_name, "bronze", "test", settings, log,
-                             duckdb_connection=_con())  # fmt: skip
+    producer = KafkaProducer(
+        "SHOPDB", flow.function_name, "bronze", "test", settings, log, duckdb_connection=_con()
+    )
     with pytest.raises(RunFailed, match="earlier error aborted") as failed:
         asyncio.run(flow.run("initial", producer))
     assert failed.value.result.status == "FAILED"

@@ -315,9 +315,12 @@ with producer:
 
 def test_killed_process_leaves_nothing_and_restart_commits(kafka_bootstrap, new_topic):
     topic, function = new_topic(), f"killed_{uuid.uuid4().hex[:8]}"
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED_SCRIPT),
-                          kafka_bootstrap, topic, function], cwd=REPO, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_KILLED_SCRIPT), kafka_bootstrap, topic, function],
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 9
     assert len(consume_all(kafka_bootstrap, topic, "read_uncommitted")) == 500
     schema = ValueSchema("ORDERS", "SHOP")
@@ -366,8 +369,13 @@ def test_truncate_then_replace_of_a_keyed_table_as_in_design(kafka_bootstrap, ne
     with _producer(kafka_bootstrap, _con(50)) as producer:
         target = producer.add_target(topic, "ORDERS", key_schema, schema)
         truncate_row = create_truncate_row(schema, None)
-        producer.produce_row(target, create_key_row(truncate_row, key_schema), truncate_row,
-                             RowType.TRUNCATE, partition=0)  # fmt: skip
+        producer.produce_row(
+            target,
+            create_key_row(truncate_row, key_schema),
+            truncate_row,
+            RowType.TRUNCATE,
+            partition=0,
+        )
         sent = producer.produce_from_duckdb("ORDERS", target, 20, RowType.REPLACE)
         producer.commit()
 

@@ -31,8 +31,15 @@ def _schema(*keys: str) -> ValueSchema:
 
 def _producer(bootstrap: str, con: duckdb.DuckDBPyConnection) -> KafkaProducer:
     settings = KafkaSettings(bootstrap_servers=bootstrap)
-    return KafkaProducer("SHOPDB", f"fn_{uuid.uuid4().hex[:8]}", "bronze", "test", settings,
-                         log, duckdb_connection=con)  # fmt: skip
+    return KafkaProducer(
+        "SHOPDB",
+        f"fn_{uuid.uuid4().hex[:8]}",
+        "bronze",
+        "test",
+        settings,
+        log,
+        duckdb_connection=con,
+    )
 
 
 def _con(sql: str) -> duckdb.DuckDBPyConnection:

@@ -29,18 +29,28 @@ def _schema() -> ValueSchema:
 
 
 def _producer(settings: KafkaSettings, con: duckdb.DuckDBPyConnection | None) -> KafkaProducer:
-    return KafkaProducer("SHOPDB", f"fn_{uuid.uuid4().hex[:8]}", "bronze", "test", settings,
-                         log, duckdb_connection=con)  # fmt: skip
+    return KafkaProducer(
+        "SHOPDB",
+        f"fn_{uuid.uuid4().hex[:8]}",
+        "bronze",
+        "test",
+        settings,
+        log,
+        duckdb_connection=con,
+    )
 
 
 @pytest.mark.kafka
 def test_a_row_over_message_max_bytes_is_named_with_its_size(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
     con = duckdb.connect()
-    con.sql("create table NOTES as select range::bigint as ID, case when range = 5 "
-            "then repeat('x', 30000) else 'short' end as TEXT from range(10)")  # fmt: skip
-    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap,
-                             overrides={"message.max.bytes": 20_000})  # fmt: skip
+    con.sql(
+        "create table NOTES as select range::bigint as ID, case when range = 5 "
+        "then repeat('x', 30000) else 'short' end as TEXT from range(10)"
+    )
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_bootstrap, overrides={"message.max.bytes": 20_000}
+    )
     with _producer(settings, con) as producer:
         target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
         with pytest.raises(ProduceError, match="over message.max.bytes=20,000") as info:
@@ -57,10 +67,13 @@ def test_a_row_over_message_max_bytes_is_named_with_its_size(kafka_bootstrap, ne
 def test_a_refused_login_says_authentication_failed_not_timeout(kafka_bootstrap):
     """The devstack listener is PLAINTEXT: a SASL client's handshake is refused there."""
     settings = KafkaSettings(
-        bootstrap_servers=kafka_bootstrap, security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="PLAIN", sasl_username="alice", sasl_password=SecretStr(PASSWORD),
+        bootstrap_servers=kafka_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_username="alice",
+        sasl_password=SecretStr(PASSWORD),
         connect_timeout_s=3,
-    )  # fmt: skip
+    )
     with pytest.raises(ConnectionRefused) as info:
         with _producer(settings, None):
             pass
@@ -138,9 +151,7 @@ def test_a_refused_login_says_authentication_failed_not_timeout(kafka_bootstrap)
             "security_protocol",
             id="plaintext-client-ssl-listener",
         ),
-        pytest.param(
-            [("_ALL_BROKERS_DOWN", "1/1 brokers are down")], "unreachable", id="all-down"
-        ),  # fmt: skip
+        pytest.param([("_ALL_BROKERS_DOWN", "1/1 brokers are down")], "unreachable", id="all-down"),
         pytest.param([("_MSG_TIMED_OUT", "whatever")], None, id="unrelated"),
         pytest.param([], None, id="nothing"),
     ],
@@ -154,8 +165,10 @@ def test_a_message_the_topic_refuses_names_topic_table_and_limit(kafka_bootstrap
     """The client's limit passes, the topic's smaller max.message.bytes refuses the batch."""
     topic = new_topic(config={"max.message.bytes": "2000"})
     con = duckdb.connect()
-    con.sql("create table NOTES as select range::bigint as ID, case when range = 1 "
-            "then repeat('x', 5000) else 'short' end as TEXT from range(3)")  # fmt: skip
+    con.sql(
+        "create table NOTES as select range::bigint as ID, case when range = 1 "
+        "then repeat('x', 5000) else 'short' end as TEXT from range(3)"
+    )
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, overrides={"linger.ms": 0})
     with _producer(settings, con) as producer:
         target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())

@@ -34,14 +34,23 @@ def _schema(truncate: bool) -> ValueSchema:
 
 def _producer(bootstrap: str, con: duckdb.DuckDBPyConnection) -> KafkaProducer:
     settings = KafkaSettings(bootstrap_servers=bootstrap)
-    return KafkaProducer("SHOPDB", f"fn_{uuid.uuid4().hex[:8]}", "bronze", "test", settings,
-                         log, duckdb_connection=con)  # fmt: skip
+    return KafkaProducer(
+        "SHOPDB",
+        f"fn_{uuid.uuid4().hex[:8]}",
+        "bronze",
+        "test",
+        settings,
+        log,
+        duckdb_connection=con,
+    )
 
 
 def _con() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.sql("create table NOTES as select * from (values (1, 'ok'), (2, 'much too long'), "
-            "(3, 'five!'), (4, null)) t(ID, TEXT)")  # fmt: skip
+    con.sql(
+        "create table NOTES as select * from (values (1, 'ok'), (2, 'much too long'), "
+        "(3, 'five!'), (4, null)) t(ID, TEXT)"
+    )
     return con
 
 

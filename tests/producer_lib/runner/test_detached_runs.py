@@ -49,8 +49,12 @@ class GatedFlow(FunctionRunner):
 
     async def initial_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
         await self.gate.wait()
-        schema = await reader.load("GATED", f"SELECT range AS ID, 'row ' || range AS NAME "
-                                   f"FROM range({ROWS})", "TEST", "TEST")  # fmt: skip
+        schema = await reader.load(
+            "GATED",
+            f"SELECT range AS ID, 'row ' || range AS NAME FROM range({ROWS})",
+            "TEST",
+            "TEST",
+        )
         schema.set_primary_keys("ID")
         target = producer.add_target(self.topic, "GATED", KeySchema(schema), schema)
         producer.produce_from_duckdb("GATED", target, 1000, RowType.REPLACE)
@@ -103,24 +107,34 @@ def flow(monkeypatch, kafka_bootstrap, new_topic):
 async def documented_function(flow: dict, req: func.HttpRequest) -> func.HttpResponse:
     """The documentation's function_app.py body."""
     async with SessionReader(log) as reader:
-        with CountingProducer("TEST", flow["class"].function_name, "bronze", "dev",
-                              KafkaSettings(), log) as producer:  # fmt: skip
+        with CountingProducer(
+            "TEST", flow["class"].function_name, "bronze", "dev", KafkaSettings(), log
+        ) as producer:
             flow["opened"].append((reader, producer))
             runner = flow["class"](flow["class"].function_name, log)
             return await runner.http(req, producer, reader)
 
 
 def run_request(load: str = "initial") -> func.HttpRequest:
-    return func.HttpRequest("POST", "https://app.example/api/LABWARE/run?code=s3cret",
-                            params={"load": load, "code": "s3cret"}, body=b"")  # fmt: skip
+    return func.HttpRequest(
+        "POST",
+        "https://app.example/api/LABWARE/run?code=s3cret",
+        params={"load": load, "code": "s3cret"},
+        body=b"",
+    )
 
 
 async def poll(url: str) -> tuple[int, dict]:
     """GET the status URL through the Azure handler, as a function app routes it."""
     parts = urllib.parse.urlsplit(url)
     run_id = parts.path.rsplit("/", 1)[1]
-    req = func.HttpRequest("GET", url, route_params={"run_id": run_id},
-                           params=dict(urllib.parse.parse_qsl(parts.query)), body=b"")  # fmt: skip
+    req = func.HttpRequest(
+        "GET",
+        url,
+        route_params={"run_id": run_id},
+        params=dict(urllib.parse.parse_qsl(parts.query)),
+        body=b"",
+    )
     response = await azure_run_status(req)
     return response.status_code, json.loads(response.get_body())
 
@@ -159,8 +173,11 @@ def test_a_long_run_answers_202_goes_on_and_is_polled_to_completed(flow):
         assert parts.path == f"/api/LABWARE/runs/{accepted['run_id']}"
         assert "s3cret" not in url  # the caller's function key is not echoed
         query = dict(urllib.parse.parse_qsl(parts.query))
-        assert query == {"function": flow["class"].function_name, "dataflow": "default",
-                         "partition": "0"}  # fmt: skip
+        assert query == {
+            "function": flow["class"].function_name,
+            "dataflow": "default",
+            "partition": "0",
+        }
 
         # the caller's with blocks have ended: nothing was closed under the run
         ((reader, producer),) = flow["opened"]
@@ -278,8 +295,9 @@ def test_container_server_answers_202_and_serves_the_run_status(monkeypatch, tmp
             assert again.status == 409  # it would fence the run in progress
             assert (await again.json())["status_url"] == body["status_url"]
             health = await (await client.get("/health")).json()
-            assert health["running"] == [{"dataflow": "default", "partition": "0",
-                                          "run_id": body["run_id"]}]  # fmt: skip
+            assert health["running"] == [
+                {"dataflow": "default", "partition": "0", "run_id": body["run_id"]}
+            ]
             gate.touch()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:

@@ -29,8 +29,9 @@ def flow_env(monkeypatch, kafka_bootstrap, new_topic):
 
 def log_records(bootstrap: str, function: str, dataflow: str = "default") -> list[dict]:
     key = f"{function}|{dataflow}|0".encode()
-    return [json.loads(m.value()) for m in consume_all(bootstrap, EXECUTION_LOG_TOPIC)
-            if m.key() == key]  # fmt: skip
+    return [
+        json.loads(m.value()) for m in consume_all(bootstrap, EXECUTION_LOG_TOPIC) if m.key() == key
+    ]
 
 
 def run(load: str, **kw) -> object:
@@ -53,9 +54,11 @@ def test_initial_then_delta_moves_the_pointer_with_the_data(flow_env):
 
     records = log_records(flow_env["bootstrap"], flow_env["function"])
     assert [(r["status"], r["load"], r["delta_pointer"]) for r in records] == [
-        ("STARTED", "initial", None), ("COMPLETED", "initial", 9),
-        ("STARTED", "delta", 9), ("COMPLETED", "delta", 14),
-    ]  # fmt: skip
+        ("STARTED", "initial", None),
+        ("COMPLETED", "initial", 9),
+        ("STARTED", "delta", 9),
+        ("COMPLETED", "delta", 14),
+    ]
     completed = records[3]
     assert completed["commit_id"] == second.commit_id
     assert completed["rows"] == {"TEST.NUMBERS": 5}
@@ -69,8 +72,11 @@ def test_completed_record_is_in_the_data_transaction(flow_env):
     assert any(m.key() == commit.encode() for m in consume_all(flow_env["bootstrap"], "_commits"))
     assert len(committed) >= 1
     # the COMPLETED record and the lineage document carry the commit id of the data commit
-    lineage = [json.loads(m.value()) for m in consume_all(flow_env["bootstrap"], LINEAGE_TOPIC)
-               if json.loads(m.value()).get("commit_id") == commit]  # fmt: skip
+    lineage = [
+        json.loads(m.value())
+        for m in consume_all(flow_env["bootstrap"], LINEAGE_TOPIC)
+        if json.loads(m.value()).get("commit_id") == commit
+    ]
     assert [d["target"] for d in lineage] == ["TEST.NUMBERS"]
     assert {c["target"]: c["kind"] for c in lineage[0]["columns"]} == {"ID": "copy", "NAME": "copy"}
     assert lineage[0]["sources"] == [f"SRC_{flow_env['function']}"]

@@ -32,16 +32,18 @@ FLOW = "tests.support.runner_flows:NumbersFlow"
 def flow_env(monkeypatch, kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
     function = f"trig_{uuid.uuid4().hex[:8]}"
-    env = {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "RUNNER_TEST_FUNCTION": function,
-           "RUNNER_TEST_TOPIC": topic}  # fmt: skip
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "RUNNER_TEST_FUNCTION": function,
+        "RUNNER_TEST_TOPIC": topic,
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return {"topic": topic, "function": function, "bootstrap": kafka_bootstrap}
 
 
 def request(params: dict | None = None, body: bytes = b"") -> func.HttpRequest:
-    return func.HttpRequest("POST", "http://localhost/api/numbers", params=params or {},
-                            body=body)  # fmt: skip
+    return func.HttpRequest("POST", "http://localhost/api/numbers", params=params or {}, body=body)
 
 
 def http(req: func.HttpRequest) -> tuple[int, dict]:
@@ -178,10 +180,13 @@ def test_cli_runs_a_load_and_prints_the_result(flow_env, capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("no_colon", "expected MODULE:CLASS"), ("tests.nope:X", "cannot import"),
-     ("json:dumps", "not a FunctionRunner subclass")],
+    [
+        ("no_colon", "expected MODULE:CLASS"),
+        ("tests.nope:X", "cannot import"),
+        ("json:dumps", "not a FunctionRunner subclass"),
+    ],
     ids=["malformed", "missing-module", "not-a-runner"],
-)  # fmt: skip
+)
 def test_cli_rejects_a_bad_runner_spec(spec, message, capsys):
     assert main(["run", spec, "--load", "initial"]) == 2
     assert message in capsys.readouterr().err
@@ -193,9 +198,11 @@ def test_cli_rejects_a_bad_runner_spec(spec, message, capsys):
 def _cli(env: dict, *args: str, **extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "producer_lib.cli", "run", FLOW, *args],
-        env={**os.environ, **env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, **env, **extra},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[3],
-    )  # fmt: skip
+    )
 
 
 def test_a_concurrent_run_of_the_same_partition_fences_the_first(flow_env, tmp_path):

@@ -80,15 +80,28 @@ CASES = [
     ("INTEGER[3]", AvroArray(AvroInt(), items_nullable=True)),
     ("VARCHAR[][]", AvroArray(AvroArray(AvroString(), True), True)),
     ("MAP(VARCHAR, DOUBLE)", AvroMap(AvroDouble(), values_nullable=True)),
-    ('STRUCT(a INTEGER, "b c" VARCHAR, "select" DATE[])',
-     _rec("c", ("a", AvroInt()), ("b c", AvroString()),
-          ("select", AvroArray(AvroDate(), True)))),
-    ("STRUCT(\"a\"\"q\" INTEGER, \"it's\" BIGINT, \"Größe\" DOUBLE)",
-     _rec("c", ('a"q', AvroInt()), ("it's", AvroLong()), ("Größe", AvroDouble()))),
-    ('STRUCT("x y" MAP(VARCHAR, STRUCT(z TIMESTAMP WITH TIME ZONE)))[]',
-     AvroArray(_rec("c", ("x y", AvroMap(_rec("_x_x_20_y", ("z", AvroTimestampMicros()),
-                                              namespace="c"), True))), True)),
-]  # fmt: skip
+    (
+        'STRUCT(a INTEGER, "b c" VARCHAR, "select" DATE[])',
+        _rec("c", ("a", AvroInt()), ("b c", AvroString()), ("select", AvroArray(AvroDate(), True))),
+    ),
+    (
+        'STRUCT("a""q" INTEGER, "it\'s" BIGINT, "Größe" DOUBLE)',
+        _rec("c", ('a"q', AvroInt()), ("it's", AvroLong()), ("Größe", AvroDouble())),
+    ),
+    (
+        'STRUCT("x y" MAP(VARCHAR, STRUCT(z TIMESTAMP WITH TIME ZONE)))[]',
+        AvroArray(
+            _rec(
+                "c",
+                (
+                    "x y",
+                    AvroMap(_rec("_x_x_20_y", ("z", AvroTimestampMicros()), namespace="c"), True),
+                ),
+            ),
+            True,
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize(("declared", "expected"), CASES, ids=[c[0] for c in CASES])
@@ -136,9 +149,18 @@ def test_value_schema_from_describe_of_a_real_table():
     assert schema.field("addr").type.namespace == "ORDERS"
     parsed = fastavro.parse_schema(schema.to_avro_json())
     assert fastavro.validate(
-        {"id": 1, "_x_Gr_f6__df_e_20__24_": None, "tags": ["a", None],
-         "addr": {"street": "Main", "_x_zip_20_code": 1}, "created": None, "__change_type": "I",
-         "__change_time": 0, "__source_system": "S"}, parsed)  # fmt: skip
+        {
+            "id": 1,
+            "_x_Gr_f6__df_e_20__24_": None,
+            "tags": ["a", None],
+            "addr": {"street": "Main", "_x_zip_20_code": 1},
+            "created": None,
+            "__change_type": "I",
+            "__change_time": 0,
+            "__source_system": "S",
+        },
+        parsed,
+    )
     assert ValueSchema.from_avro_json(schema.to_json()) == schema
 
 

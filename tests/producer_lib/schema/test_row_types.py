@@ -41,9 +41,19 @@ def _schema(with_key: bool = True) -> ValueSchema:
 
 @pytest.mark.parametrize(
     ("member", "code"),
-    [("INSERT", "I"), ("UPDATE", "U"), ("UPSERT", "A"), ("REPLACE", "R"), ("BEFORE", "B"),
-     ("DELETE", "D"), ("EXTERMINATE", "X"), ("GDPR", "G"), ("ARCHIVE", "P"), ("TRUNCATE", "T")],
-)  # fmt: skip
+    [
+        ("INSERT", "I"),
+        ("UPDATE", "U"),
+        ("UPSERT", "A"),
+        ("REPLACE", "R"),
+        ("BEFORE", "B"),
+        ("DELETE", "D"),
+        ("EXTERMINATE", "X"),
+        ("GDPR", "G"),
+        ("ARCHIVE", "P"),
+        ("TRUNCATE", "T"),
+    ],
+)
 def test_row_type_codes(member, code):
     assert RowType[member].value == code
     assert RowType(code) is RowType[member]
@@ -53,20 +63,21 @@ def test_row_type_codes(member, code):
 def test_whole_table_truncate_row_has_null_payload_and_no_scope():
     row = create_truncate_row(_schema(), None)
     # ID is not nullable: Avro has no null for it, so it carries a neutral 0
-    assert row == {"ID": 0, "REGION": None, "DAY": None, "__change_type": "T",
-                   "__truncate": None}  # fmt: skip
+    assert row == {"ID": 0, "REGION": None, "DAY": None, "__change_type": "T", "__truncate": None}
 
 
 @pytest.mark.parametrize(
     ("scope", "expected"),
-    [({"REGION": "EU"}, {"REGION": "EU"}),
-     ({"DAY": date(2024, 3, 1), "REGION": None}, {"DAY": "2024-03-01", "REGION": None}),
-     ({"ID": Decimal("12")}, {"ID": "12"}),
-     ({"REGION": True}, {"REGION": "true"}),
-     ({"REGION": datetime(2024, 3, 1, 12, tzinfo=UTC)}, {"REGION": "2024-03-01T12:00:00+00:00"}),
-     ({}, None)],
+    [
+        ({"REGION": "EU"}, {"REGION": "EU"}),
+        ({"DAY": date(2024, 3, 1), "REGION": None}, {"DAY": "2024-03-01", "REGION": None}),
+        ({"ID": Decimal("12")}, {"ID": "12"}),
+        ({"REGION": True}, {"REGION": "true"}),
+        ({"REGION": datetime(2024, 3, 1, 12, tzinfo=UTC)}, {"REGION": "2024-03-01T12:00:00+00:00"}),
+        ({}, None),
+    ],
     ids=["text", "date-and-null", "decimal", "bool", "datetime", "empty-is-whole-table"],
-)  # fmt: skip
+)
 def test_scoped_truncate_row_sends_the_scope_as_text(scope, expected):
     assert create_truncate_row(_schema(), scope)["__truncate"] == expected
 
@@ -104,10 +115,25 @@ def test_append_only_key_row_holds_the_transaction_time(row, expected):
 def test_truncate_of_a_keyed_table_encodes_for_every_non_nullable_type():
     """The DESIGN example: a TRUNCATE row and its key must be encodable, whatever the key."""
     schema = ValueSchema("EVERY", "TYPES")
-    types = [AvroBoolean(), AvroInt(), AvroLong(), AvroFloat(), AvroDouble(), AvroString(),
-             AvroBytes(), AvroDecimal(10, 2), AvroDate(), AvroTimeMillis(), AvroTimeMicros(),
-             AvroTimestamp(), AvroTimestampMicros(), AvroUUID(), AvroVarchar(4),
-             AvroArray(AvroInt()), AvroMap(AvroString())]  # fmt: skip
+    types = [
+        AvroBoolean(),
+        AvroInt(),
+        AvroLong(),
+        AvroFloat(),
+        AvroDouble(),
+        AvroString(),
+        AvroBytes(),
+        AvroDecimal(10, 2),
+        AvroDate(),
+        AvroTimeMillis(),
+        AvroTimeMicros(),
+        AvroTimestamp(),
+        AvroTimestampMicros(),
+        AvroUUID(),
+        AvroVarchar(4),
+        AvroArray(AvroInt()),
+        AvroMap(AvroString()),
+    ]
     for i, avro_type in enumerate(types):
         schema.add_field(f"C{i}", avro_type, nullable=False)
     schema.set_primary_keys("C1", "C7", "C8")

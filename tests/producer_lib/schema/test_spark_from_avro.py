@@ -46,7 +46,7 @@ COLUMNS = [
     ("/BIC/FLAG", AvroBoolean(), True, True),
     ("BYTE", AvroByte(), -7, -7),
     ("SHORT", AvroShort(), 300, 300),
-    ("INT", AvroInt(), -2**31, -2**31),
+    ("INT", AvroInt(), -(2**31), -(2**31)),
     ("LONG", AvroLong(), 2**62, 2**62),
     ("FLOAT", AvroFloat(), 1.5, 1.5),
     ("DOUBLE", AvroDouble(), 2.25, 2.25),
@@ -57,8 +57,12 @@ COLUMNS = [
     ("CLOB", AvroCLOB(), "long text", "long text"),
     ("NCLOB", AvroNCLOB(), "long ü", "long ü"),
     ("A complicated $ name", AvroString(), "x", "x"),
-    ("UUID", AvroUUID(), "0b6f3e0c-7a5b-4c43-9a3c-0d4f3b2a1c9e",
-     "0b6f3e0c-7a5b-4c43-9a3c-0d4f3b2a1c9e"),
+    (
+        "UUID",
+        AvroUUID(),
+        "0b6f3e0c-7a5b-4c43-9a3c-0d4f3b2a1c9e",
+        "0b6f3e0c-7a5b-4c43-9a3c-0d4f3b2a1c9e",
+    ),
     ("URI", AvroURI(), "https://example.com", "https://example.com"),
     ("BYTES", AvroBytes(), b"\x00\xff", bytearray(b"\x00\xff")),
     ("DATE", AvroDate(), date(2024, 2, 29), date(2024, 2, 29)),
@@ -70,10 +74,14 @@ COLUMNS = [
     ("POINT", AvroSTPoint(), "POINT (1 2)", "POINT (1 2)"),
     ("TAGS", AvroArray(AvroString(), items_nullable=True), ["a", None], ["a", None]),
     ("ATTRS", AvroMap(AvroLong()), {"k": 1}, {"k": 1}),
-    ("ADDR", AvroRecord("ADDR", [AvroField("zip code", AvroInt())]), {"_x_zip_20_code": 7},
-     {"_x_zip_20_code": 7}),
+    (
+        "ADDR",
+        AvroRecord("ADDR", [AvroField("zip code", AvroInt())]),
+        {"_x_zip_20_code": 7},
+        {"_x_zip_20_code": 7},
+    ),
     ("EMPTY", AvroString(), None, None),
-]  # fmt: skip
+]
 TIMESTAMPS = {"TS_MS", "TS_US"}
 
 
@@ -101,9 +109,11 @@ def _decode(spark, schema_json: str, payload: bytes) -> dict:
     )
     fields = decoded.schema["r"].dataType.fieldNames()
     columns = [
-        F.unix_micros(f"r.{name}").alias(name) if name in {"TS_MS", "TS_US", "__change_time"}
-        else F.col(f"r.`{name}`") for name in fields
-    ]  # fmt: skip
+        F.unix_micros(f"r.{name}").alias(name)
+        if name in {"TS_MS", "TS_US", "__change_time"}
+        else F.col(f"r.`{name}`")
+        for name in fields
+    ]
     return decoded.select(*columns).collect()[0].asDict(recursive=True)
 
 
@@ -111,8 +121,14 @@ def test_value_schema_decodes_in_spark_with_the_values_written(spark):
     schema = _schema()
     fields = schema.fields
     row = {fields[name].avro_name: value for name, _, value, _ in COLUMNS}
-    row.update({"__change_type": "R", "__change_time": TS_MICROS, "__source_system": "BW",
-                "__truncate": {"REGION": None, "YEAR": "2024"}})  # fmt: skip
+    row.update(
+        {
+            "__change_type": "R",
+            "__change_time": TS_MICROS,
+            "__source_system": "BW",
+            "__truncate": {"REGION": None, "YEAR": "2024"},
+        }
+    )
     decoded = _decode(spark, schema.to_json(), _encode(schema.to_avro_json(), row))
     for name, _, _, expected in COLUMNS:
         assert decoded[fields[name].avro_name] == expected, name

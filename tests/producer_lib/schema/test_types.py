@@ -51,11 +51,15 @@ MAPPINGS = [
     (AvroLong(), "long", pa.int64(), "BIGINT", "BIGINT"),
     (AvroFloat(), "float", pa.float32(), "FLOAT", "FLOAT"),
     (AvroDouble(), "double", pa.float64(), "DOUBLE", "DOUBLE"),
-    (AvroDecimal(10, 2), _logical("bytes", "decimal", precision=10, scale=2),
-     pa.decimal128(10, 2), "DECIMAL(10,2)", "DECIMAL(10,2)"),
+    (
+        AvroDecimal(10, 2),
+        _logical("bytes", "decimal", precision=10, scale=2),
+        pa.decimal128(10, 2),
+        "DECIMAL(10,2)",
+        "DECIMAL(10,2)",
+    ),
     (AvroVarchar(12), _logical("string", "VARCHAR", length=12), pa.string(), "VARCHAR", "STRING"),
-    (AvroNVarchar(40), _logical("string", "NVARCHAR", length=40), pa.string(), "VARCHAR",
-     "STRING"),
+    (AvroNVarchar(40), _logical("string", "NVARCHAR", length=40), pa.string(), "VARCHAR", "STRING"),
     (AvroCLOB(), _logical("string", "CLOB"), pa.string(), "VARCHAR", "STRING"),
     (AvroNCLOB(), _logical("string", "NCLOB"), pa.string(), "VARCHAR", "STRING"),
     (AvroString(), "string", pa.string(), "VARCHAR", "STRING"),
@@ -69,24 +73,55 @@ MAPPINGS = [
     (AvroTimestampMicros(), _logical("long", "timestamp-micros"), UTC_US, TSTZ, "TIMESTAMP"),
     (AvroSTGeometry(), _logical("string", "ST_GEOMETRY"), pa.string(), "VARCHAR", "STRING"),
     (AvroSTPoint(), _logical("string", "ST_POINT"), pa.string(), "VARCHAR", "STRING"),
-    (AvroArray(AvroInt()), {"type": "array", "items": "int"},
-     pa.list_(pa.field("item", pa.int32(), False)), "INTEGER[]", "ARRAY<INT>"),
-    (AvroArray(AvroDecimal(5, 1), items_nullable=True),
-     {"type": "array", "items": ["null", _logical("bytes", "decimal", precision=5, scale=1)]},
-     pa.list_(pa.decimal128(5, 1)), "DECIMAL(5,1)[]", "ARRAY<DECIMAL(5,1)>"),
-    (AvroMap(AvroString()), {"type": "map", "values": "string"},
-     pa.map_(pa.string(), pa.field("value", pa.string(), False)), "MAP(VARCHAR, VARCHAR)",
-     "MAP<STRING, STRING>"),
-    (AvroMap(AvroLong(), values_nullable=True), {"type": "map", "values": ["null", "long"]},
-     pa.map_(pa.string(), pa.int64()), "MAP(VARCHAR, BIGINT)", "MAP<STRING, BIGINT>"),
-    (AvroRecord("addr", [AvroField("street no", AvroInt(), nullable=False),
-                         AvroField("city", AvroString(), doc="town")]),
-     {"type": "record", "name": "addr", "fields": [
-         {"name": "_x_street_20_no", "type": "int", "sourceName": "street no"},
-         {"name": "city", "type": ["null", "string"], "default": None, "doc": "town"}]},
-     pa.struct([pa.field("street no", pa.int32(), False), pa.field("city", pa.string())]),
-     'STRUCT("street no" INTEGER, "city" VARCHAR)', "STRUCT<`street no`: INT, `city`: STRING>"),
-]  # fmt: skip
+    (
+        AvroArray(AvroInt()),
+        {"type": "array", "items": "int"},
+        pa.list_(pa.field("item", pa.int32(), False)),
+        "INTEGER[]",
+        "ARRAY<INT>",
+    ),
+    (
+        AvroArray(AvroDecimal(5, 1), items_nullable=True),
+        {"type": "array", "items": ["null", _logical("bytes", "decimal", precision=5, scale=1)]},
+        pa.list_(pa.decimal128(5, 1)),
+        "DECIMAL(5,1)[]",
+        "ARRAY<DECIMAL(5,1)>",
+    ),
+    (
+        AvroMap(AvroString()),
+        {"type": "map", "values": "string"},
+        pa.map_(pa.string(), pa.field("value", pa.string(), False)),
+        "MAP(VARCHAR, VARCHAR)",
+        "MAP<STRING, STRING>",
+    ),
+    (
+        AvroMap(AvroLong(), values_nullable=True),
+        {"type": "map", "values": ["null", "long"]},
+        pa.map_(pa.string(), pa.int64()),
+        "MAP(VARCHAR, BIGINT)",
+        "MAP<STRING, BIGINT>",
+    ),
+    (
+        AvroRecord(
+            "addr",
+            [
+                AvroField("street no", AvroInt(), nullable=False),
+                AvroField("city", AvroString(), doc="town"),
+            ],
+        ),
+        {
+            "type": "record",
+            "name": "addr",
+            "fields": [
+                {"name": "_x_street_20_no", "type": "int", "sourceName": "street no"},
+                {"name": "city", "type": ["null", "string"], "default": None, "doc": "town"},
+            ],
+        },
+        pa.struct([pa.field("street no", pa.int32(), False), pa.field("city", pa.string())]),
+        'STRUCT("street no" INTEGER, "city" VARCHAR)',
+        "STRUCT<`street no`: INT, `city`: STRING>",
+    ),
+]
 IDS = [type(row[0]).__name__ + ("_nullable" if "null" in str(row[1]) else "") for row in MAPPINGS]
 
 

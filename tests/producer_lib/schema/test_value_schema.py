@@ -26,12 +26,14 @@ TECHNICAL_JSON = [
     {"name": "__source_system", "type": "string"},
     {"name": "__source_transaction", "type": ["null", "string"], "default": None},
     {"name": "__source_rowid", "type": ["null", "string"], "default": None},
-    {"name": "__truncate", "type": ["null", {"type": "map", "values": ["null", "string"]}],
-     "default": None},
+    {
+        "name": "__truncate",
+        "type": ["null", {"type": "map", "values": ["null", "string"]}],
+        "default": None,
+    },
     {"name": "__audit", "type": ["null", {"type": "map", "values": "string"}], "default": None},
-    {"name": "__extension", "type": ["null", {"type": "map", "values": "string"}],
-     "default": None},
-]  # fmt: skip
+    {"name": "__extension", "type": ["null", {"type": "map", "values": "string"}], "default": None},
+]
 
 
 def _sample() -> ValueSchema:
@@ -56,8 +58,13 @@ def _sample() -> ValueSchema:
 
 def test_technical_fields_follow_the_payload_in_the_agreed_order_and_types():
     fields = _sample().to_avro_json()["fields"]
-    assert [f["name"] for f in fields[:5]] == ["PLANT", "_x__2f_BIC_2f_ID", "_x_REVENUE_24_",
-                                               "TAGS", "ADDR"]  # fmt: skip
+    assert [f["name"] for f in fields[:5]] == [
+        "PLANT",
+        "_x__2f_BIC_2f_ID",
+        "_x_REVENUE_24_",
+        "TAGS",
+        "ADDR",
+    ]
     assert fields[5:] == TECHNICAL_JSON
 
 
@@ -67,9 +74,8 @@ def test_schema_json_carries_names_keys_and_governance_as_properties():
     assert avro["doc"] == "Sample plans"
     assert avro["primaryKeys"] == ["PLANT", "/BIC/ID"]
     assert avro["foreignKeys"] == [
-        {"columns": ["PLANT"], "refNamespace": "MASTER", "refTable": "PLANTS",
-         "refColumns": ["ID"]}
-    ]  # fmt: skip
+        {"columns": ["PLANT"], "refNamespace": "MASTER", "refTable": "PLANTS", "refColumns": ["ID"]}
+    ]
     assert avro["dataProductOwnerEmail"] == "owner@example.com"
     assert avro["repoUrl"] == "https://git.example.com/flows/labware"
     assert avro["ticketsUrl"] == "https://tickets.example.com/LAB"
@@ -78,8 +84,12 @@ def test_schema_json_carries_names_keys_and_governance_as_properties():
     assert avro["deletionPolicy"] == "delete-after-retention"
     assert avro["dataClassification"] == "INTERNAL"
     bic = avro["fields"][1]
-    assert bic == {"name": "_x__2f_BIC_2f_ID", "type": "long", "doc": "plan id",
-                   "sourceName": "/BIC/ID"}  # fmt: skip
+    assert bic == {
+        "name": "_x__2f_BIC_2f_ID",
+        "type": "long",
+        "doc": "plan id",
+        "sourceName": "/BIC/ID",
+    }
     assert avro["fields"][2]["dataClassification"] == "CONFIDENTIAL"
     assert "sourceName" not in avro["fields"][0]
 
@@ -87,9 +97,16 @@ def test_schema_json_carries_names_keys_and_governance_as_properties():
 def test_schema_json_is_accepted_by_fastavro_and_encodes_a_row():
     schema = _sample()
     parsed = fastavro.parse_schema(schema.to_avro_json())
-    row = {"PLANT": "1000", "_x__2f_BIC_2f_ID": 7, "_x_REVENUE_24_": None, "TAGS": ["a"],
-           "ADDR": {"_x_Stra_df_e": "Main"}, "__change_type": "I", "__change_time": 1,
-           "__source_system": "LIMS"}  # fmt: skip
+    row = {
+        "PLANT": "1000",
+        "_x__2f_BIC_2f_ID": 7,
+        "_x_REVENUE_24_": None,
+        "TAGS": ["a"],
+        "ADDR": {"_x_Stra_df_e": "Main"},
+        "__change_type": "I",
+        "__change_time": 1,
+        "__source_system": "LIMS",
+    }
     assert fastavro.validate(row, parsed)
 
 
@@ -118,8 +135,14 @@ def test_odd_table_and_namespace_names_round_trip():
 
 def test_from_avro_json_rejects_a_record_without_technical_fields():
     with pytest.raises(SchemaError, match="technical fields"):
-        ValueSchema.from_avro_json({"type": "record", "name": "T", "namespace": "N",
-                                    "fields": [{"name": "a", "type": "int"}]})  # fmt: skip
+        ValueSchema.from_avro_json(
+            {
+                "type": "record",
+                "name": "T",
+                "namespace": "N",
+                "fields": [{"name": "a", "type": "int"}],
+            }
+        )
 
 
 def test_get_pyarrow_uses_original_names_and_nullability():

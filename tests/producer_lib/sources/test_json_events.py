@@ -14,23 +14,35 @@ from producer_lib.errors import ConfigError, SourceError
 from producer_lib.settings import KafkaSettings
 from producer_lib.sources.json_events import JsonColumns, JsonLinesReader, KafkaJsonReader
 
-COLUMNS = {"order_id": "BIGINT", "status": "VARCHAR", "amount": "DECIMAL(12,2)",
-           "changed_at": "TIMESTAMPTZ", "tags": "VARCHAR[]",
-           "item": "STRUCT(sku VARCHAR, qty INTEGER)"}  # fmt: skip
+COLUMNS = {
+    "order_id": "BIGINT",
+    "status": "VARCHAR",
+    "amount": "DECIMAL(12,2)",
+    "changed_at": "TIMESTAMPTZ",
+    "tags": "VARCHAR[]",
+    "item": "STRUCT(sku VARCHAR, qty INTEGER)",
+}
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def event(n, **fields):
-    base = {"order_id": n, "status": "placed", "amount": f"{n}.25",
-            "changed_at": (T0 + timedelta(minutes=n)).isoformat(), "tags": ["a", f"t{n}"],
-            "item": {"sku": f"s{n}", "qty": n}, "ignored": {"nested": True}}  # fmt: skip
+    base = {
+        "order_id": n,
+        "status": "placed",
+        "amount": f"{n}.25",
+        "changed_at": (T0 + timedelta(minutes=n)).isoformat(),
+        "tags": ["a", f"t{n}"],
+        "item": {"sku": f"s{n}", "qty": n},
+        "ignored": {"nested": True},
+    }
     return {**base, **fields}
 
 
 def produce(bootstrap, topic, events, *, partition=None, abort=False, raw=False):
     """Produce ``events`` in one transaction (committed unless ``abort``)."""
-    producer = Producer({"bootstrap.servers": bootstrap,
-                         "transactional.id": f"test-json-{uuid.uuid4().hex}"})  # fmt: skip
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"test-json-{uuid.uuid4().hex}"}
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     for i, item in enumerate(events):
@@ -68,8 +80,11 @@ def rows(conn):
 @pytest.mark.kafka
 def test_committed_events_load_typed_and_aborted_ones_never(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
-    produce(kafka_bootstrap, topic, [event(1), event(2), event(3, status=None, tags=None),
-                                     {"order_id": 4}])  # fmt: skip
+    produce(
+        kafka_bootstrap,
+        topic,
+        [event(1), event(2), event(3, status=None, tags=None), {"order_id": 4}],
+    )
     produce(kafka_bootstrap, topic, [event(90), event(91)], abort=True)
     reader, conn = load(kafka_bootstrap, topic)
     got = rows(conn)
@@ -79,8 +94,12 @@ def test_committed_events_load_typed_and_aborted_ones_never(kafka_bootstrap, new
     assert got[1][4] == ["a", "t2"]
     assert got[2][1] is None and got[2][4] is None  # JSON null -> NULL
     assert got[3][1:] == (None, None, None, None)  # missing fields -> NULL
-    types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns "
-                              "WHERE table_name = 'EVENTS'").fetchall())  # fmt: skip
+    types = dict(
+        conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'EVENTS'"
+        ).fetchall()
+    )
     assert types["amount"] == "DECIMAL(12,2)"
     assert types["changed_at"] == "TIMESTAMP WITH TIME ZONE"
     assert sum(reader.topic_range.ends.values()) == 6 + 4  # 2 markers, 2 aborted + 1 marker
@@ -137,9 +156,18 @@ def test_a_start_offset_outside_the_partition_names_it(kafka_bootstrap, new_topi
         ({"item": {"sku": "s", "qty": "many"}}, "item", "OBJECT"),
         ({"item": {"sku": "s"}}, "item", "OBJECT"),
     ],
-    ids=["text-for-int", "fraction-for-int", "bool-for-int", "too-many-decimals", "bad-time",
-         "text-for-list", "object-for-list", "bad-struct-field", "missing-struct-field"],
-)  # fmt: skip
+    ids=[
+        "text-for-int",
+        "fraction-for-int",
+        "bool-for-int",
+        "too-many-decimals",
+        "bad-time",
+        "text-for-list",
+        "object-for-list",
+        "bad-struct-field",
+        "missing-struct-field",
+    ],
+)
 def test_a_value_that_does_not_fit_names_topic_partition_offset_column(
     kafka_bootstrap, new_topic, bad, column, json_type
 ):
@@ -150,17 +178,23 @@ def test_a_value_that_does_not_fit_names_topic_partition_offset_column(
     error = info.value
     assert (error.topic, error.partition, error.offset) == (topic, 0, 2)
     assert (error.column, error.duckdb_type, error.json_type) == (
-        column, JsonColumns.declare(COLUMNS).columns[list(COLUMNS).index(column)][1], json_type
-    )  # fmt: skip
+        column,
+        JsonColumns.declare(COLUMNS).columns[list(COLUMNS).index(column)][1],
+        json_type,
+    )
 
 
 @pytest.mark.kafka
 @pytest.mark.parametrize(
     ("value", "message"),
-    [(b"not json", "is not a JSON object"), (b"[1, 2]", "is not a JSON object"),
-     (b"\xff\xfe{}", "is not a JSON object"), (None, "has no value")],
+    [
+        (b"not json", "is not a JSON object"),
+        (b"[1, 2]", "is not a JSON object"),
+        (b"\xff\xfe{}", "is not a JSON object"),
+        (None, "has no value"),
+    ],
     ids=["not-json", "array", "not-utf8", "tombstone"],
-)  # fmt: skip
+)
 def test_a_message_that_is_no_json_object_is_an_error(kafka_bootstrap, new_topic, value, message):
     topic = new_topic(partitions=1)
     values = [json.dumps(event(1)).encode(), value, json.dumps(event(3)).encode()]
@@ -182,7 +216,9 @@ def test_primary_key_is_checked_and_large_loads_arrive_in_batches(kafka_bootstra
     produce(kafka_bootstrap, topic, [event(n) for n in range(1, 2_001)])
     reader, conn = load(kafka_bootstrap, topic, primary_key=["order_id"], batch_size=300)
     assert conn.execute('SELECT count(*), count(DISTINCT order_id) FROM "EVENTS"').fetchone() == (
-        2_000, 2_000)  # fmt: skip
+        2_000,
+        2_000,
+    )
     assert reader.table_schema.pks == ("order_id",)
     produce(kafka_bootstrap, topic, [event(5)])
     with pytest.raises(SourceError, match="uplicate"):
@@ -193,8 +229,9 @@ def test_primary_key_is_checked_and_large_loads_arrive_in_batches(kafka_bootstra
 
 
 def write_lines(path, items):
-    path.write_text("".join((item if isinstance(item, str) else json.dumps(item)) + "\n"
-                            for item in items))  # fmt: skip
+    path.write_text(
+        "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items)
+    )
     return path
 
 
@@ -223,11 +260,13 @@ def test_json_lines_files_load_with_the_declared_types(tmp_path):
 
 @pytest.mark.parametrize(
     ("lines", "line", "column"),
-    [([event(1), "", event(2), event(3, amount="12.345")], 4, "amount"),
-     ([event(1), event(2, order_id="x")], 2, "order_id"),
-     ([event(1), event(2), event(3, order_id=3.5)], 3, "order_id")],
+    [
+        ([event(1), "", event(2), event(3, amount="12.345")], 4, "amount"),
+        ([event(1), event(2, order_id="x")], 2, "order_id"),
+        ([event(1), event(2), event(3, order_id=3.5)], 3, "order_id"),
+    ],
     ids=["decimal-after-blank-line", "text-for-int", "fraction-for-int"],
-)  # fmt: skip
+)
 def test_a_misfit_in_a_file_names_file_line_and_column(tmp_path, lines, line, column):
     write_lines(tmp_path / "a.jsonl", [event(10)])
     bad = write_lines(tmp_path / "b.jsonl", lines)
@@ -257,8 +296,9 @@ def test_an_unknown_type_or_key_column_is_named():
 def test_an_open_transaction_bounds_the_read_without_blocking_it(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1)
     produce(kafka_bootstrap, topic, [event(1), event(2)], partition=0)
-    pending = Producer({"bootstrap.servers": kafka_bootstrap,
-                        "transactional.id": f"test-json-{uuid.uuid4().hex}"})  # fmt: skip
+    pending = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"test-json-{uuid.uuid4().hex}"}
+    )
     pending.init_transactions(30)
     pending.begin_transaction()
     pending.produce(topic, value=json.dumps(event(3)).encode(), partition=0)

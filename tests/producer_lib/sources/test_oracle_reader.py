@@ -22,7 +22,7 @@ from producer_lib.schema import (
     AvroTimestampMicros,
     AvroVarchar,
     ValueSchema,
-)  # fmt: skip
+)
 from producer_lib.sources import OracleReader
 from producer_lib.sources.dictionary import apply_dictionary, source_table_of
 from producer_lib.sources.oracle import ArrowFetch, owner_and_table
@@ -176,8 +176,9 @@ def load_kinds(sql="select * from KINDS", page_size=3):
     staging = duckdb.connect()
 
     async def run():
-        async with OracleReader("u", "pw", "standin:1521/X", connection=staging,
-                                page_size=page_size) as reader:  # fmt: skip
+        async with OracleReader(
+            "u", "pw", "standin:1521/X", connection=staging, page_size=page_size
+        ) as reader:
             return await reader.load("KINDS", sql, "NS")
 
     return asyncio.run(run()), staging
@@ -193,17 +194,34 @@ def test_rows_arrive_as_arrow_batches_with_exact_types(oracle, monkeypatch):
     _, staging = load_kinds()
     [connection] = oracle
     assert connection.batch_rows == [3, 3, 3, 1]  # page_size rows per data frame
-    types = dict(staging.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                 "WHERE table_name = 'KINDS'").fetchall())  # fmt: skip
+    types = dict(
+        staging.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'KINDS'"
+        ).fetchall()
+    )
     assert types == {
-        "ID": "BIGINT", "SMALL": "INTEGER", "BIG": "DECIMAL(22,0)", "AMOUNT": "DECIMAL(10,2)",
-        "RATE": "DOUBLE", "D": "TIMESTAMP WITH TIME ZONE", "TS": "TIMESTAMP WITH TIME ZONE",
-        "TSTZ": "TIMESTAMP WITH TIME ZONE", "NAME": "VARCHAR", "NOTE": "VARCHAR",
-        "PHOTO": "BLOB", "HASH": "BLOB", "LOOSE": "DECIMAL(38,10)",
-    }  # fmt: skip
+        "ID": "BIGINT",
+        "SMALL": "INTEGER",
+        "BIG": "DECIMAL(22,0)",
+        "AMOUNT": "DECIMAL(10,2)",
+        "RATE": "DOUBLE",
+        "D": "TIMESTAMP WITH TIME ZONE",
+        "TS": "TIMESTAMP WITH TIME ZONE",
+        "TSTZ": "TIMESTAMP WITH TIME ZONE",
+        "NAME": "VARCHAR",
+        "NOTE": "VARCHAR",
+        "PHOTO": "BLOB",
+        "HASH": "BLOB",
+        "LOOSE": "DECIMAL(38,10)",
+    }
     row = staging.sql('SELECT * FROM "KINDS" WHERE "ID" = 7').to_arrow_table().to_pylist()[0]
     assert (row["SMALL"], row["BIG"], row["AMOUNT"], row["RATE"]) == (
-        7000, Decimal(10**20 + 7), Decimal("7.25"), 1.75)  # fmt: skip
+        7000,
+        Decimal(10**20 + 7),
+        Decimal("7.25"),
+        1.75,
+    )
     assert row["D"] == datetime(2024, 5, 8, 8, 0, tzinfo=UTC)  # DATE: read as UTC
     assert row["TS"] == datetime(2024, 5, 1, 8, 0, 7, 123456, tzinfo=UTC)
     assert row["TSTZ"] == datetime(2024, 5, 1, 13, 0, tzinfo=UTC)  # the instant, not a wall clock
@@ -233,19 +251,36 @@ def test_a_value_the_column_type_cannot_hold_fails_the_load(oracle):
     [
         (oracledb.DB_TYPE_NUMBER, pa.decimal128(10, 2), pa.decimal128(10, 2), pa.decimal128(10, 2)),
         (oracledb.DB_TYPE_NUMBER, pa.int64(), pa.int64(), pa.int64()),
-        (oracledb.DB_TYPE_DATE, pa.timestamp("ms", "UTC"), pa.timestamp("ms"),
-         pa.timestamp("ms", "UTC")),
-        (oracledb.DB_TYPE_TIMESTAMP_TZ, pa.timestamp("us", "UTC"), pa.timestamp("us"),
-         pa.timestamp("us", "UTC")),
+        (
+            oracledb.DB_TYPE_DATE,
+            pa.timestamp("ms", "UTC"),
+            pa.timestamp("ms"),
+            pa.timestamp("ms", "UTC"),
+        ),
+        (
+            oracledb.DB_TYPE_TIMESTAMP_TZ,
+            pa.timestamp("us", "UTC"),
+            pa.timestamp("us"),
+            pa.timestamp("us", "UTC"),
+        ),
         (oracledb.DB_TYPE_CLOB, pa.string(), pa.large_string(), pa.large_string()),
         (oracledb.DB_TYPE_NCLOB, pa.string(), pa.large_string(), pa.large_string()),
         (oracledb.DB_TYPE_BLOB, pa.binary(), pa.large_binary(), pa.large_binary()),
         (oracledb.DB_TYPE_RAW, pa.binary(), pa.binary(), pa.binary()),
         (oracledb.DB_TYPE_VARCHAR, pa.string(), pa.string(), pa.string()),
     ],
-    ids=["number-p-s", "number-18", "date", "timestamp-tz", "clob", "nclob", "blob", "raw",
-         "varchar2"],
-)  # fmt: skip
+    ids=[
+        "number-p-s",
+        "number-18",
+        "date",
+        "timestamp-tz",
+        "clob",
+        "nclob",
+        "blob",
+        "raw",
+        "varchar2",
+    ],
+)
 def test_each_oracle_type_is_requested_as_the_arrow_type_it_stages_as(
     db_type, page_type, requested, landed
 ):
@@ -255,8 +290,10 @@ def test_each_oracle_type_is_requested_as_the_arrow_type_it_stages_as(
 
 
 def test_another_arrow_type_than_requested_names_the_column():
-    fetch = ArrowFetch.plan([("N", oracledb.DB_TYPE_NUMBER, 0, 0, 10, 2, True)],
-                            pa.schema([("N", pa.decimal128(10, 2))]))  # fmt: skip
+    fetch = ArrowFetch.plan(
+        [("N", oracledb.DB_TYPE_NUMBER, 0, 0, 10, 2, True)],
+        pa.schema([("N", pa.decimal128(10, 2))]),
+    )
     with pytest.raises(SourceError, match="another Arrow type") as info:
         fetch.to_page(pa.table({"N": pa.array([1.5])}))
     assert (info.value.column, info.value.arrow_type) == ("N", "double")

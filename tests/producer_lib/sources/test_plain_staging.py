@@ -79,8 +79,9 @@ def test_awaited_calls_of_code_written_for_coroutines_still_work():
             arrow_schema = await adapter.prepare_load("PAGES", _schema())
             assert arrow_schema.names == ["ID", "NAME"]
             first = await adapter.insert_page("PAGES", _page(0))
-            rest = await asyncio.gather(*(adapter.insert_page("PAGES", _page(n))
-                                          for n in range(1, PAGES)))  # fmt: skip
+            rest = await asyncio.gather(
+                *(adapter.insert_page("PAGES", _page(n)) for n in range(1, PAGES))
+            )
             return [first, *rest]
 
     counts = asyncio.run(run())

@@ -20,7 +20,7 @@ from producer_lib.schema import (
     AvroString,
     AvroTimestampMicros,
     AvroUUID,
-)  # fmt: skip
+)
 from producer_lib.sources import PostgresReader
 
 DDL = """

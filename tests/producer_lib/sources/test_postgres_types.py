@@ -30,7 +30,7 @@ from producer_lib.schema import (
     AvroTimeMicros,
     AvroTimestampMicros,
     AvroUUID,
-)  # fmt: skip
+)
 from producer_lib.sources import PostgresReader
 from producer_lib.sources.postgres_scan import PostgresScan, whole_table_of
 
@@ -44,8 +44,12 @@ COLUMNS = {
     "double": ("float8", "0.1", AvroDouble(), 0.1),
     "flag": ("boolean", "true", AvroBoolean(), True),
     "price": ("numeric(12,3)", "123456789.125", AvroDecimal(12, 3), Decimal("123456789.125")),
-    "wide": ("numeric(38,2)", "123456789012345678901234567890123456.78", AvroDecimal(38, 2),
-             Decimal("123456789012345678901234567890123456.78")),  # fmt: skip
+    "wide": (
+        "numeric(38,2)",
+        "123456789012345678901234567890123456.78",
+        AvroDecimal(38, 2),
+        Decimal("123456789012345678901234567890123456.78"),
+    ),
     "free": ("numeric", "-12345.1234567890000", AvroDecimal(38, 10), Decimal("-12345.123456789")),
     "body": ("text", "'it''s ünïcode'", AvroString(), "it's ünïcode"),
     "label": ("varchar(5)", "'abc'", AvroNVarchar(5), "abc"),
@@ -54,25 +58,48 @@ COLUMNS = {
     "docb": ("jsonb", """'{"b":[1,2], "a":null}'""", AvroString(), '{"a": null, "b": [1, 2]}'),
     "page": ("xml", "'<a>1</a>'", AvroString(), "<a>1</a>"),
     "addr": ("inet", "'10.0.0.1/8'", AvroString(), "10.0.0.1/8"),
-    "guid": ("uuid", "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'", AvroUUID(),
-             "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),  # fmt: skip
+    "guid": (
+        "uuid",
+        "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'",
+        AvroUUID(),
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+    ),
     "blob": ("bytea", r"'\x00ff10'", AvroBytes(), b"\x00\xff\x10"),
     "day": ("date", "'2024-02-29'", AvroDate(), dt.date(2024, 2, 29)),
     "clock": ("time", "'23:59:58.123456'", AvroTimeMicros(), dt.time(23, 59, 58, 123456)),
-    "naive": ("timestamp", "'2024-01-02 03:04:05.678901'", AvroTimestampMicros(),
-              dt.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)),  # fmt: skip
-    "zoned": ("timestamptz", "'2024-07-01 12:00:00+02'", AvroTimestampMicros(),
-              dt.datetime(2024, 7, 1, 10, 0, tzinfo=UTC)),  # fmt: skip
+    "naive": (
+        "timestamp",
+        "'2024-01-02 03:04:05.678901'",
+        AvroTimestampMicros(),
+        dt.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+    ),
+    "zoned": (
+        "timestamptz",
+        "'2024-07-01 12:00:00+02'",
+        AvroTimestampMicros(),
+        dt.datetime(2024, 7, 1, 10, 0, tzinfo=UTC),
+    ),
     "ints": ("int4[]", "'{1,NULL,3}'", AvroArray(AvroInt(), True), [1, None, 3]),
-    "prices": ("numeric(5,2)[]", "'{1.5,-2.25}'", AvroArray(AvroDecimal(5, 2), True),
-               [Decimal("1.50"), Decimal("-2.25")]),  # fmt: skip
+    "prices": (
+        "numeric(5,2)[]",
+        "'{1.5,-2.25}'",
+        AvroArray(AvroDecimal(5, 2), True),
+        [Decimal("1.50"), Decimal("-2.25")],
+    ),
     "tags": ("text[]", "'{a,NULL,\"b c\"}'", AvroArray(AvroString(), True), ["a", None, "b c"]),
-    "docs": ("jsonb[]", """ARRAY['{"x": 1}'::jsonb]""", AvroArray(AvroString(), True),
-             ['{"x": 1}']),  # fmt: skip
-    "stamps": ("timestamp[]", "'{\"2024-01-02 03:04:05\"}'",
-               AvroArray(AvroTimestampMicros(), True),
-               [dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)]),
-}  # fmt: skip
+    "docs": (
+        "jsonb[]",
+        """ARRAY['{"x": 1}'::jsonb]""",
+        AvroArray(AvroString(), True),
+        ['{"x": 1}'],
+    ),
+    "stamps": (
+        "timestamp[]",
+        "'{\"2024-01-02 03:04:05\"}'",
+        AvroArray(AvroTimestampMicros(), True),
+        [dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)],
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +118,9 @@ def _load(dsn, table, sql, **options):
     conn.execute("SET TimeZone = 'America/New_York'")  # a naive timestamp is still read as UTC
 
     async def run():
-        async with PostgresReader(dsn, logging.getLogger("flow"), connection=conn,
-                                  **options) as reader:  # fmt: skip
+        async with PostgresReader(
+            dsn, logging.getLogger("flow"), connection=conn, **options
+        ) as reader:
             await reader.load(table, sql, "LIMS")
             return reader
 
@@ -246,18 +274,27 @@ def test_whole_table_reads_are_recognised_and_nothing_else(sql, table):
     assert (found and (found.schema, found.name)) == (table or None)
 
 
-NATIVE = [name for name, spec in COLUMNS.items() if "[]" not in spec[0]
-          and spec[0] not in ("numeric", "json", "jsonb", "xml", "inet")]  # fmt: skip
+NATIVE = [
+    name
+    for name, spec in COLUMNS.items()
+    if "[]" not in spec[0] and spec[0] not in ("numeric", "json", "jsonb", "xml", "inet")
+]
 
 
-@pytest.mark.parametrize("sql", [
-    "select * from typed.native",
-    f"select id, {', '.join(NATIVE)} from typed.native",
-], ids=["star", "columns"])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select * from typed.native",
+        f"select id, {', '.join(NATIVE)} from typed.native",
+    ],
+    ids=["star", "columns"],
+)
 def test_whole_table_scanned_in_parallel_stages_the_same_values(typed, sql):
     with psycopg.connect(typed, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS typed.native AS SELECT id, "
-                     f"{', '.join(NATIVE)} FROM typed.t")  # fmt: skip
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS typed.native AS SELECT id, "
+            f"{', '.join(NATIVE)} FROM typed.t"
+        )
     reader, fast = _load(typed, "NATIVE", sql)
     assert reader.loads["LIMS.NATIVE"].sql == sql
     setting = "SELECT current_setting('preserve_insertion_order')"

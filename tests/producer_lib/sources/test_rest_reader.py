@@ -168,8 +168,9 @@ def _run_events(api, reader_class=Events, **options):
     async def run():
         async with TestServer(app, host="127.0.0.1") as server:
             base = str(server.make_url("/"))
-            async with reader_class(base, connection=conn, backoff_seconds=0.01,
-                                    **options) as reader:  # fmt: skip
+            async with reader_class(
+                base, connection=conn, backoff_seconds=0.01, **options
+            ) as reader:
                 await reader.load("EVENTS", "events", "SHOP", "SHOP")
                 return reader
 
@@ -235,8 +236,12 @@ def test_without_a_next_field_or_link_only_the_first_page_loads():
 
 def test_two_retry_schedules_differ_and_stay_within_their_bounds():
     def schedule():
-        reader = Items("http://unused/", connection=duckdb.connect(), backoff_seconds=0.5,
-                       max_backoff_seconds=8.0)  # fmt: skip
+        reader = Items(
+            "http://unused/",
+            connection=duckdb.connect(),
+            backoff_seconds=0.5,
+            max_backoff_seconds=8.0,
+        )
         return [reader.backoff(attempt) for attempt in range(1, 9)]
 
     first, second = schedule(), schedule()
@@ -274,8 +279,13 @@ def test_pages_failing_together_do_not_retry_in_lockstep():
 
     async def run():
         async with TestServer(app, host="127.0.0.1") as server:
-            async with Items(str(server.make_url("/")), connection=conn, concurrency=6,
-                             backoff_seconds=0.2, jitter_seed=3) as reader:  # fmt: skip
+            async with Items(
+                str(server.make_url("/")),
+                connection=conn,
+                concurrency=6,
+                backoff_seconds=0.2,
+                jitter_seed=3,
+            ) as reader:
                 await reader.load("ITEMS", "items", "SHOP", "SHOP")
 
     asyncio.run(run())

@@ -88,7 +88,12 @@ def test_check_keys_of_a_query_names_where_the_rows_go(conn):
     conn.execute('create table t as select range as "ID", \'a\' as "Part No" from range(10)')
     check_keys('select * from t where "ID" < 5', ["ID"], conn)
     with pytest.raises(SourceError, match="1 duplicate key") as info:
-        check_keys('select * from t union all select * from t where "ID" = 3', ["ID"], conn,
-                   table="SHOP.T", topic="shop_t")  # fmt: skip
+        check_keys(
+            'select * from t union all select * from t where "ID" = 3',
+            ["ID"],
+            conn,
+            table="SHOP.T",
+            topic="shop_t",
+        )
     assert (info.value.table, info.value.topic) == ("SHOP.T", "shop_t")
     assert info.value.duplicate_sample == [(3, 2)]
