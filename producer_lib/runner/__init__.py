@@ -21,7 +21,8 @@ An HTTP-triggered run that outlives ``FLOW_HTTP_WAIT_S`` answers 202 and is poll
 ``producer-lib serve``); see :mod:`producer_lib.runner.runs`.
 """
 
-from producer_lib.runner.runner import FunctionRunner, RunFailed, RunResult
+from producer_lib.runner.result import RunFailed, RunResult
+from producer_lib.runner.runner import FunctionRunner
 from producer_lib.runner.runs import azure_run_status, run_status
 
 __all__ = ["FunctionRunner", "RunFailed", "RunResult", "azure_run_status", "run_status"]

@@ -32,6 +32,7 @@ from producer_lib.kafka.producer import KafkaProducer, PendingCommit
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC, LINEAGE_TOPIC
 from producer_lib.runner.execution_log import ExecutionRecord, LoadKind, log_key, read_latest
 from producer_lib.runner.lineage_records import lineage_records
+from producer_lib.runner.result import RunFailed, RunResult
 from producer_lib.settings import FlowSettings, KafkaSettings
 from producer_lib.sources import DuckDBReader, SourceAdapter
 
@@ -45,37 +46,6 @@ LoadRequest = Literal["initial", "delta", "auto"]
 _FAILED_RECORD_PAUSE_S = 1.0  # between attempts at a FAILED record Kafka did not take
 
 _current: contextvars.ContextVar[_Run] = contextvars.ContextVar("producer_lib_run")
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a run did: the HTTP response body and the CLI's output (``to_json``)."""
-
-    run_id: str
-    function_name: str
-    dataflow: str
-    partition: str
-    load: LoadKind
-    status: str
-    rows: dict[str, int]
-    duration_s: float
-    commit_id: str | None
-    commit_ids: tuple[str, ...]
-    delta_pointer: Any
-    error: str | None = None
-    truncated: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable dict of every field."""
-        return {**self.__dict__, "commit_ids": list(self.commit_ids)}
-
-
-class RunFailed(ProducerLibError):
-    """A run failed; ``result`` holds what it did (status FAILED, the error)."""
-
-    def __init__(self, message: str, result: RunResult, **context: Any) -> None:
-        self.result = result
-        super().__init__(message, **context)
 
 
 @dataclass
@@ -206,7 +176,7 @@ class FunctionRunner:
         409 (a concurrent run took over), 500 (failed) or 503 (retry later); see
         :mod:`producer_lib.runner.triggers`. ``producer`` and ``reader`` as in :meth:`run`.
         """
-        from producer_lib.runner.triggers import azure_http
+        from producer_lib.runner.runs import azure_http
 
         return await azure_http(self, req, producer, reader)
 

@@ -1,7 +1,7 @@
 """Runs that outlive their HTTP request: answer 202, go on, and answer ``GET /runs/{id}``.
 
 Azure Functions cut an HTTP response at 230 s, whatever ``functionTimeout`` says. So an HTTP
-trigger (:func:`producer_lib.runner.triggers.azure_http`, ``producer-lib serve``) starts the
+trigger (:func:`azure_http`, ``producer-lib serve``) starts the
 run as an asyncio task and waits for it up to ``FLOW_HTTP_WAIT_S`` seconds (default 200):
 
 - done in time: the answer is the run's result, as before (200, 500, ...);
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
 from producer_lib.runner.execution_log import log_key, read_latest
+from producer_lib.runner.triggers import RunRequest, execute, parse_run_request, response_for
 from producer_lib.settings import KafkaSettings
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
     from producer_lib.kafka.producer import KafkaProducer
     from producer_lib.runner.runner import FunctionRunner
-    from producer_lib.runner.triggers import RunRequest
     from producer_lib.sources import SourceAdapter
 
 __all__ = [
@@ -166,8 +166,6 @@ class RunRegistry:
         reader: SourceAdapter | None,
     ) -> TrackedRun:
         """Start ``request`` as a task of the running loop and track it."""
-        from producer_lib.runner.triggers import execute
-
         context = contextvars.copy_context()
         tracked: TrackedRun
 
@@ -394,3 +392,44 @@ async def azure_run_status(req: func.HttpRequest) -> func.HttpResponse:
     return func.HttpResponse(
         json.dumps(body, default=str), status_code=status, mimetype="application/json"
     )
+
+
+async def azure_http(
+    runner: FunctionRunner,
+    req: func.HttpRequest,
+    producer: KafkaProducer | None,
+    reader: SourceAdapter | None,
+) -> func.HttpResponse:
+    """Serve an Azure Functions HTTP request with ``runner`` (see the module docstring).
+
+    A run still going after ``FLOW_HTTP_WAIT_S`` answers 202 and goes on, holding
+    ``producer`` and ``reader`` open past the caller's ``with`` blocks until it ends
+    (:mod:`producer_lib.runner.runs`).
+    """
+    import azure.functions as func
+
+    try:
+        body = req.get_json() if req.get_body() else None
+    except ValueError:
+        status, payload = (
+            400,
+            {
+                "function_name": runner.function_name,
+                "status": "REJECTED",
+                "error": "the body is not valid JSON",
+            },
+        )
+    else:
+        try:
+            request = parse_run_request(runner.function_name, req.params, body)
+        except ConfigError as exc:
+            status, payload = response_for(runner, exc)
+        else:
+            status, payload, headers = await answer_run(runner, request, req.url, producer, reader)
+            return func.HttpResponse(
+                json.dumps(payload, default=str),
+                status_code=status,
+                headers=headers,
+                mimetype="application/json",
+            )
+    return func.HttpResponse(json.dumps(payload), status_code=status, mimetype="application/json")

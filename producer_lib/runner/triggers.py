@@ -5,7 +5,7 @@ Parameters come from the query string or a JSON body (the body wins): ``load``
 documentation's ``@app.route(route="LABWARE/run")``, runs the delta load, or the initial load
 while no delta pointer exists yet), ``dataflow`` (default ``default``),
 ``partition`` (default ``0``). The answer is the run's
-:class:`~producer_lib.runner.runner.RunResult` as JSON, with a status code that says what
+:class:`~producer_lib.runner.result.RunResult` as JSON, with a status code that says what
 happened:
 
 =====  ======================================================================
@@ -24,22 +24,20 @@ happened:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from producer_lib.errors import ConfigError, ProducerLibError, Transient
 from producer_lib.kafka.transactions import TransactionFailed
+from producer_lib.runner.result import RunFailed, RunResult
 
 if TYPE_CHECKING:
-    import azure.functions as func
-
     from producer_lib.kafka.producer import KafkaProducer
-    from producer_lib.runner.runner import FunctionRunner, RunResult
+    from producer_lib.runner.runner import FunctionRunner
     from producer_lib.sources import SourceAdapter
 
-__all__ = ["RunRequest", "azure_http", "parse_run_request", "response_for", "status_for"]
+__all__ = ["RunRequest", "parse_run_request", "response_for", "status_for"]
 
 _PARAMS = ("load", "dataflow", "partition")
 
@@ -102,8 +100,6 @@ def response_for(
     runner: FunctionRunner, outcome: RunResult | BaseException
 ) -> tuple[int, dict[str, Any]]:
     """Status code and JSON body for a result or an error."""
-    from producer_lib.runner.runner import RunFailed
-
     if isinstance(outcome, RunFailed):
         return status_for(outcome), outcome.result.to_json()
     if isinstance(outcome, BaseException):
@@ -126,46 +122,3 @@ async def execute(
     except ProducerLibError as exc:
         return response_for(runner, exc)
     return response_for(runner, result)
-
-
-async def azure_http(
-    runner: FunctionRunner,
-    req: func.HttpRequest,
-    producer: KafkaProducer | None,
-    reader: SourceAdapter | None,
-) -> func.HttpResponse:
-    """Serve an Azure Functions HTTP request with ``runner`` (see the module docstring).
-
-    A run still going after ``FLOW_HTTP_WAIT_S`` answers 202 and goes on, holding
-    ``producer`` and ``reader`` open past the caller's ``with`` blocks until it ends
-    (:mod:`producer_lib.runner.runs`).
-    """
-    import azure.functions as func
-
-    from producer_lib.runner.runs import answer_run
-
-    try:
-        body = req.get_json() if req.get_body() else None
-    except ValueError:
-        status, payload = (
-            400,
-            {
-                "function_name": runner.function_name,
-                "status": "REJECTED",
-                "error": "the body is not valid JSON",
-            },
-        )
-    else:
-        try:
-            request = parse_run_request(runner.function_name, req.params, body)
-        except ConfigError as exc:
-            status, payload = response_for(runner, exc)
-        else:
-            status, payload, headers = await answer_run(runner, request, req.url, producer, reader)
-            return func.HttpResponse(
-                json.dumps(payload, default=str),
-                status_code=status,
-                headers=headers,
-                mimetype="application/json",
-            )
-    return func.HttpResponse(json.dumps(payload), status_code=status, mimetype="application/json")
