@@ -10,10 +10,10 @@ the commits now complete (:mod:`lakehouse_writer.commits`), and last the batch's
 (:mod:`lakehouse_writer.state`; it holds the TRUNCATEs applied, too). Every write is
 idempotent per batch id, so a replay after a crash is harmless; a batch the state already
 holds is skipped outright. While the scan job runs, a second thread creates what the batch
-will write to and is missing (:meth:`BatchProcessor._make_ahead`); a running writer builds,
-between batches, the Delta state of the tables it just merged into
-(:meth:`BatchProcessor._warm_up`). Failed runs: :mod:`~lakehouse_writer.failure`; the checks
-before the query starts: :mod:`~lakehouse_writer.topics`, :mod:`~lakehouse_writer.probe`.
+will write to and is missing; a running writer builds, between batches, the Delta state of
+the tables it just merged into (:class:`~lakehouse_writer.ahead.Ahead`). Failed runs:
+:mod:`~lakehouse_writer.failure`; the checks before the query starts:
+:mod:`~lakehouse_writer.topics`, :mod:`~lakehouse_writer.probe`.
 """
 
 from __future__ import annotations
@@ -21,31 +21,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
+from lakehouse_writer.ahead import Ahead
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.checkpoint_guard import check_checkpoint
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
+from lakehouse_writer.failure import Failure, report_failure, secrets_of
 from lakehouse_writer.holdback import Holdback
 from lakehouse_writer.parallel import Outcome, TableApplier, on_session, workers_from_env
 from lakehouse_writer.probe import connect_timeout, probe_kafka
-from lakehouse_writer.ranges import OffsetRanges
 from lakehouse_writer.read import (
     DecodedBatch,
     decode_batch,
     source_options,
     with_raw_bytes,
 )
-from lakehouse_writer.reload import Speculation, speculate
-from lakehouse_writer.scan import BatchScan, Expected, ExpectedSchemas, scan
+from lakehouse_writer.reload import ReloadBet, Speculation
+from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
 from lakehouse_writer.session import require_classic
 from lakehouse_writer.small import SmallChanges
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
@@ -62,14 +61,10 @@ from lakehouse_writer.tables import (
     TableInfo,
     TableManager,
     TableRef,
-    compute_state,
-    no_data_files,
 )
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.topics import TopicPattern
 from lakehouse_writer.truncate import TruncateLog
-from producer_lib.errors import SchemaError
-from producer_lib.schema.framing import single_object_header
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,6 +84,41 @@ _BAD_RECORD_SCHEMA = (
 )
 
 
+@dataclass
+class ScannedBatch:
+    """A micro-batch as read (:meth:`BatchProcessor._scan`).
+
+    Attributes:
+        rows: The rows the scan read (the held-back rows in front; without the topic the
+            reload bet took).
+        found: What the scan found: the cached frame, offsets, headers, decoded rows.
+        changes: What the batch changes in the writer's state, filled in as it applies.
+        reload: The reload written in the pass that read it, until committed or discarded.
+    """
+
+    rows: DataFrame
+    found: BatchScan
+    changes: BatchChanges
+    reload: Speculation | None
+
+    @property
+    def frame(self) -> DataFrame:
+        """The cached batch (unpersisted by :meth:`release`)."""
+        return self.found.frame
+
+    @property
+    def topics(self) -> set[str]:
+        """The topics the batch holds rows of."""
+        return {topic for topic, _ in self.found.offsets}
+
+    def release(self) -> None:
+        """Drop the cache; discard a reload not committed (the batch failed)."""
+        if self.reload is not None:
+            self.reload.discard()
+            self.reload = None
+        self.found.frame.unpersist()
+
+
 class WriterStopping(LakehouseWriterError):
     """A batch arrived after a stop was requested; it is left for the next start."""
 
@@ -100,7 +130,8 @@ class BatchProcessor:
         spark: The session.
         settings: Where to read and write.
         instance_id: The writer instance id of the checkpoint (Delta txnAppId).
-        warm: Build the state of merged tables between batches (:meth:`_warm_up`); for a
+        warm: Build the state of merged tables between batches
+            (:meth:`~lakehouse_writer.ahead.Ahead.warm`); for a
             writer that waits for its next trigger, not one that drains and exits.
         ours: The topics regex as the JVM compiled it; None compiles ``topics_regex``.
 
@@ -140,10 +171,6 @@ class BatchProcessor:
             settings.commits_topic,
             self._ours,
         )
-        self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
-        self._ahead: set[bytes] = set()  # headers whose table is known to exist
-        self._declined: set[bytes] = set()  # headers whose reload bet was lost (not again)
-        self._source_options = source_options(settings)
         self._truncates = TruncateLog(
             spark, f"{self._lake}/{STATE}", f"{self._lake}/{LEGACY_TRUNCATES}"
         )
@@ -151,15 +178,25 @@ class BatchProcessor:
         self._closed = False
         self.refused = False
         self.last = BatchStats()
-        # Driver work that does not need the batch's rows runs on this thread, overlapping
-        # the query's start-up and each batch's scan job (the driver is idle during both).
-        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-aside")
-        self._tables_ready = threading.Event()
-        self._aside.submit(self._start_up)
-        self._warm = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-warm") if warm else None
+        self._ahead = Ahead(
+            spark,
+            self._catalog,
+            self._tables,
+            self._expected,
+            self._ours,
+            self._store.create,
+            self._secrets,
+            warm,
         )
-        self._batch_started = threading.Event()  # stops the warm-up at its next table
+        self._reload = ReloadBet(
+            spark,
+            self._tables,
+            settings.reload_one_pass_min_rows,
+            source_options(settings),
+            instance_id,
+            self._truncates,
+            self._ahead.creatable,
+        )
 
     @property
     def state(self) -> WriterState:
@@ -177,10 +214,8 @@ class BatchProcessor:
         """Refuse batches from now on; returns once the running batch, if any, is done."""
         with self._gate:
             self._closed = True
-        self._aside.shutdown(wait=False)
+        self._ahead.close()
         self._holdback.close()
-        if self._warm is not None:
-            self._warm.shutdown(wait=False, cancel_futures=True)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Apply one micro-batch (skipped when the state shows it applied already).
@@ -204,215 +239,63 @@ class BatchProcessor:
                 raise
 
     def _process(self, source: DataFrame, batch_id: int) -> None:
-        from pyspark import inheritable_thread_target
-
         started, steps = time.monotonic(), Steps()
-        self._batch_started.set()
-        self._tables_ready.wait()  # set by _start_up, which never fails
-        reload: Speculation | None = None
         with steps("scan"):
-            if not self._expected:
-                self._expect_from_catalog()
-            expected = self._expected.guess()
-            scanned = threading.Event()
-            inherit = inheritable_thread_target(self._spark)  # the stream's job properties
-            prepared = self._aside.submit(inherit(self._make_ahead), expected, scanned)
-            try:
-                plan = self._holdback.plan(source, self.state, batch_id)
-                source = plan.source
-                if not plan.changed:  # the bet reads the batch's own offset ranges again
-                    reload = self._speculate(source, expected, batch_id, plan.ranges)
-                batch = source if reload is None else reload.rest
-                if batch is None:  # the reload is all the batch holds: nothing to scan
-                    batch = self._spark.createDataFrame([], source.schema)
-                    found = BatchScan(batch)
-                else:
-                    found = scan(batch, expected, self._system_topics)
-            except BaseException:
-                if reload is not None:
-                    reload.discard()
-                raise
-            finally:
-                scanned.set()
-                prepared.result()  # never raises: what failed is done again on the batch's path
-        df = found.frame  # cached by the scan: unpersisted below
+            batch = self._scan(source, batch_id)
         try:
-            if reload is not None:
-                found.offsets.update(reload.offsets)
-            for key, offset in plan.processed.items():  # up to a cut: held back after it
-                found.offsets[key] = max(offset, found.offsets.get(key, -1))
-            changes = BatchChanges(offsets=found.offsets, held=plan.held, awaits=plan.awaits)
-            topics = {topic for topic, _ in found.offsets}
             with steps("commits"):
-                commits, bad = self._read_commits(df, topics)
-            results, rejected = self._apply_data(df, batch_id, found, changes, steps, reload)
-            reload = None  # committed or discarded
-            self._warm_up()
+                commits, bad = self._read_commits(batch.frame, batch.topics)
+            results, rejected = self._apply_data(batch, batch_id, steps)
+            self._ahead.warm(self._merged)
             with steps("system"):
-                self._write_rejected([*rejected, *bad], batch_id, batch)
-                self._write_logs(df, batch_id, topics)
-                self._write_commits(batch_id, commits, changes)
+                self._write_rejected([*rejected, *bad], batch_id, batch.rows)
+                self._write_logs(batch.frame, batch_id, batch.topics)
+                self._write_commits(batch_id, commits, batch.changes)
             with steps("state"):
-                self._store.append(changes, batch_id)
-                self.state.apply(changes, batch_id)
-                if (batch_id + 1) % COMPACT_EVERY == 0:
-                    self._store.compact(self.state)
+                self._save_state(batch.changes, batch_id)
             self._finish(batch_id, results, started, steps)
         finally:
-            if reload is not None:  # the batch failed before its reload was committed
-                reload.discard()
+            batch.release()
             for frame in self._persisted:
                 frame.unpersist()
             self._persisted.clear()
             self._merged.clear()
-            df.unpersist()
 
-    def _start_up(self) -> None:
-        """While the query starts: read the catalog, then :meth:`_make_ahead`."""
-        try:
-            self._expect_from_catalog()
-        except Exception as exc:  # noqa: BLE001 - the batch reads it again
-            log.warning(
-                "schema catalog not read at start-up error=%s", root_cause(exc, self._secrets)
-            )
-        self._make_ahead(self._expected.guess())
+    def _scan(self, source: DataFrame, batch_id: int) -> ScannedBatch:
+        """Read the batch once: the rows held back before in front, maybe a reload bet.
 
-    def _warm_up(self) -> None:
-        """Build the Delta state of the tables the batch merged into, until a batch starts.
-
-        A MERGE or DELETE reads its table's state first — its files and transaction ids,
-        which Spark jobs rebuild from the log after every commit: about 1 s of a 10-row
-        MERGE's 2.5 s on two cores (:func:`~lakehouse_writer.tables.compute_state`). A
-        running writer is mostly idle until its next trigger; from the moment the batch's
-        tables are applied (while it writes the system tables and its state, and after),
-        another thread builds them for the tables it will likely merge into again, and the
-        next MERGE finds them built (the same snapshot: no one else writes them). Once the
-        next batch starts, the tables not yet begun are left to it. A failure is only
-        logged: the MERGE builds the state itself.
+        While the scan job runs, :class:`~lakehouse_writer.ahead.Ahead` makes the tables it
+        expects; :class:`~lakehouse_writer.holdback.Holdback` finds the transactions the
+        batch holds whole; :class:`~lakehouse_writer.reload.ReloadBet` may write one topic's
+        rows in the pass that reads them; :func:`~lakehouse_writer.scan.scan` reads, decodes
+        and counts the rest.
         """
-        if self._warm is None or not self._merged:
-            return
-        paths = list(self._merged)
-        self._batch_started.clear()
-
-        def build() -> None:
-            for path in paths:
-                if self._batch_started.is_set():
-                    return
-                try:
-                    compute_state(self._spark, path)
-                except Exception as exc:  # noqa: BLE001 - the MERGE builds it itself
-                    log.debug("table state not built ahead path=%s error=%s", path, exc)
-
-        self._warm.submit(build)
-
-    def _speculate(
-        self,
-        source: DataFrame,
-        expected: list[Expected],
-        batch_id: int,
-        ranges: OffsetRanges | None,
-    ) -> Speculation | None:
-        """Bet that the batch's rows of one topic are a reload, and write them in one pass.
-
-        ``ranges``: the batch's offset ranges (None: not known, no bet).
-
-        The bet is made on the topic with the most offsets in the batch, at least
-        ``reload_one_pass_min_rows``, whose only writer schema is expected and whose table
-        is empty (:mod:`lakehouse_writer.reload`). None: no bet, or a lost one (its files
-        are deleted; the table is not bet on again) — the batch takes the normal path. A
-        table found holding rows is not looked at again, so later batches pay nothing.
-        """
-        limit = self._settings.reload_one_pass_min_rows
-        empty: list[tuple[Expected, TableInfo]] = []
-        for e in expected if limit else ():
-            if e.header not in self._creatable or e.header in self._declined:
-                continue
-            if TableRef.of(e.schema).qualified in self.state.stopped:
-                continue
+        expected = self._ahead.batch_starts()
+        reload: Speculation | None = None
+        with self._ahead.while_scanning(expected):
             try:
-                info = self._tables.ensure(e.schema)
-            except LakehouseWriterError:
-                continue  # the normal path reports it
-            if info.append_only or not no_data_files(self._spark, info.path):
-                self._declined.add(e.header)  # it holds rows: no bet from now on (no cost)
-                continue
-            empty.append((e, info))
-        if not (empty and ranges):
-            return None
-        spans: dict[str, int] = {}
-        for (topic, _), (first, end) in ranges.items():
-            spans[topic] = spans.get(topic, 0) + end - first
-        bet, info = max(empty, key=lambda c: spans.get(c[0].entry.topic or "", 0))
-        if spans.get(bet.entry.topic or "", 0) < limit:
-            return None
-        ref = info.ref
-        outcome = speculate(
-            source,
-            self._source_options,
-            ranges,
-            bet,
-            info,
-            txn.app_id_for(self._instance, ref.qualified),
-            txn.txn_version(batch_id, txn.STEP_ROWS),
-            self._truncates.of(ref.qualified),
-        )
-        if isinstance(outcome, str):
-            self._declined.add(bet.header)
-            log.info(
-                "reload not written in one pass table=%s batch=%d reason=%s",
-                ref.qualified,
-                batch_id,
-                outcome,
-            )
-            return None
-        return outcome
-
-    def _make_ahead(self, expected: list[Expected], scanned: threading.Event | None = None) -> None:
-        """Create what batches will write to and is missing, off the batch's path.
-
-        That is the missing tables of the expected schemas that are the only writer schema
-        of their table (:meth:`_expect_from_catalog`): whatever rows of it a batch holds,
-        the table is the one they would create (so a table may appear once its schema is
-        registered, before its first rows); then ``_writer_state`` on a fresh lakehouse. It
-        runs while the query starts (:meth:`_start_up`) and while each batch's scan job runs,
-        when it stops at the first table after the scan is done. A table found is not looked
-        up again. A failure is only logged: the batch then creates the table on its path,
-        and reports the error.
-        """
-        try:
-            for e in expected:
-                if scanned is not None and scanned.is_set():
-                    break
-                if e.header in self._creatable - self._ahead:
-                    self._tables.create_missing(e.schema)
-                    self._ahead.add(e.header)
-            self._tables_ready.set()  # a batch may start; its state is written last
-            self._store.create()
-        except Exception as exc:  # noqa: BLE001 - done again, and reported, on the batch's path
-            log.warning(
-                "creating tables ahead of the batch failed error=%s", root_cause(exc, self._secrets)
-            )
-        finally:
-            self._tables_ready.set()
-
-    def _expect_from_catalog(self) -> None:
-        """A cold start expects the latest value schema of every subscribed topic."""
-        try:
-            latest = self._catalog.latest_value_schemas()
-        except LakehouseWriterError as exc:  # the batch decodes what it finds all the same
-            log.warning("schema catalog not read; nothing expected error=%s", exc)
-            return
-        candidates = []
-        for fingerprint, entry in latest:
-            if not (entry.topic and self._ours(entry.topic)):
-                continue
-            try:
-                candidates.append((single_object_header(bytes.fromhex(fingerprint)), entry))
-            except (ValueError, SchemaError):  # a bad catalog record: its rows decode later
-                log.warning("catalog fingerprint not usable fingerprint=%s", fingerprint)
-        self._expected.seed(candidates)
-        self._creatable = _sole_schemas(self._expected.guess(), self._catalog.value_schema_counts())
+                plan = self._holdback.plan(source, self.state, batch_id)
+                if not plan.changed:  # the bet reads the batch's own offset ranges again
+                    reload = self._reload.place(
+                        plan.source, expected, batch_id, plan.ranges, self.state.stopped
+                    )
+                rows = plan.source if reload is None else reload.rest
+                if rows is None:  # the reload is all the batch holds: nothing to scan
+                    rows = self._spark.createDataFrame([], plan.source.schema)
+                    found = BatchScan(rows)
+                else:
+                    found = scan(rows, expected, self._system_topics)
+            except BaseException:
+                if reload is not None:
+                    reload.discard()
+                raise
+        offsets = found.offsets  # the highest offset read per partition
+        if reload is not None:
+            offsets.update(reload.offsets)
+        for key, offset in plan.processed.items():  # up to a cut: held back after it
+            offsets[key] = max(offset, offsets.get(key, -1))
+        changes = BatchChanges(offsets=offsets, held=plan.held, awaits=plan.awaits)
+        return ScannedBatch(rows, found, changes, reload)
 
     def _read_commits(
         self, df: DataFrame, topics: set[str]
@@ -441,43 +324,49 @@ class BatchProcessor:
         return records, [rejected_rows(frame, F.col("error"), COMMITS)]
 
     def _apply_data(
-        self,
-        df: DataFrame,
-        batch_id: int,
-        found: BatchScan,
-        changes: BatchChanges,
-        steps: Steps,
-        reload: Speculation | None = None,
+        self, batch: ScannedBatch, batch_id: int, steps: Steps
     ) -> tuple[list[ApplyResult], list[DataFrame]]:
-        """Apply the batch's data rows table by table, and commit ``reload``'s files.
+        """Decode the batch's data rows, apply them table by table; commit its reload.
 
-        ``reload``'s rows are not in ``df``; should ``df`` hold rows of its table all the
-        same (from another topic), its files are dropped and its rows applied with them.
+        The reload's rows are not in the batch's frame; should it hold rows of the reload's
+        table all the same (from another topic), the reload's files are dropped and its rows
+        applied with them (:meth:`~lakehouse_writer.reload.ReloadBet.settle`).
         """
         from pyspark.sql import functions as F
 
-        headers = found.headers
+        headers, changes = batch.found.headers, batch.changes
         data_topics = sorted(headers.keys() - self._system_topics)
-        if not data_topics and reload is None:
+        if not data_topics and batch.reload is None:
             return [], []
         stopped = dict(self.state.stopped)
         decoded = DecodedBatch()
-        with TableApplier(df.sparkSession, self._workers) as applier:
+        results: list[ApplyResult] = []
+        with TableApplier(batch.frame.sparkSession, self._workers) as applier:
             if data_topics:
-                data = df.filter(F.col("topic").isin(*data_topics))
+                data = batch.frame.filter(F.col("topic").isin(*data_topics))
                 tags = set().union(*(headers[t] for t in data_topics))
                 with steps("decode"):
                     decoded = decode_batch(
-                        data, self._catalog, self._tables, stopped, tags, found.decoded, applier
+                        data,
+                        self._catalog,
+                        self._tables,
+                        stopped,
+                        tags,
+                        batch.found.decoded,
+                        applier,
                     )
-                self._persisted += decoded.cached  # decoded once, read by every step after
                 for header, entry in decoded.schemas.items():
                     self._expected.saw(header, entry, decoded.keys.get(header, ()))
             changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
             with steps("apply"):
-                reload = self._settle(reload, decoded, batch_id)
-            results = self._commit_reload(reload, changes, steps)
-            with steps("apply"):
+                try:
+                    reload = self._reload.settle(batch.reload, decoded, batch_id)
+                finally:
+                    self._persisted += decoded.cached  # decoded once, read by every step after
+                if reload is not None:
+                    results.append(self._record(reload.commit(), changes))
+                    self._expected.saw(reload.expected.header, reload.expected.entry)
+                batch.reload = None  # committed, or discarded by settle
                 outcomes = self._apply_tables(decoded, batch_id, applier)
         rejected = list(decoded.rejected)
         for outcome in outcomes:  # in table order, whichever finished first
@@ -491,14 +380,18 @@ class BatchProcessor:
                 raise outcome.error
             result = outcome.result
             assert result is not None
-            results.append(result)
+            results.append(self._record(result, changes))
             if not (result.fast_path or result.small or info.append_only):
                 self._merged.append(info.path)
-            changes.versions[result.table] = result.version
-            changes.truncates += self._truncates.record(result.table, result.truncates)
             if result.rejected is not None:
                 rejected.append(result.rejected)
         return results, rejected
+
+    def _record(self, result: ApplyResult, changes: BatchChanges) -> ApplyResult:
+        """Note in the batch's state the table's new version and the TRUNCATEs applied."""
+        changes.versions[result.table] = result.version
+        changes.truncates += self._truncates.record(result.table, result.truncates)
+        return result
 
     def _apply_tables(
         self, decoded: DecodedBatch, batch_id: int, applier: TableApplier
@@ -524,54 +417,6 @@ class BatchProcessor:
             return replace(result, rejected=on_session(result.rejected, applier.session))
 
         return applier.map(one, list(decoded.tables.items()))
-
-    def _settle(
-        self, reload: Speculation | None, decoded: DecodedBatch, batch_id: int
-    ) -> Speculation | None:
-        """``reload`` when its files are to be committed; else its rows join ``decoded``.
-
-        They are not when a key repeats, or when the rest of the batch holds rows of its
-        table (from another topic): then its files are deleted and its rows, read again,
-        are applied the normal way, with those of the rest.
-        """
-        if reload is None:
-            return None
-        ref = reload.info.ref
-        if ref in decoded.tables:
-            reason = "the batch holds rows of its table from another topic"
-        elif not reload.unique():
-            reason = "a key repeats"
-        else:
-            return reload
-        log.info(
-            "reload not written in one pass table=%s batch=%d reason=%s",
-            ref.qualified,
-            batch_id,
-            reason,
-        )
-        reload.discard()
-        self._declined.add(reload.expected.header)
-        rows = reload.rows().persist()
-        self._persisted.append(rows)
-        info = reload.info
-        if ref in decoded.tables:
-            info, others = decoded.tables[ref]
-            rows = others.unionByName(rows, allowMissingColumns=True)
-            decoded.summaries.pop(ref, None)  # apply_batch summarizes them all
-        decoded.tables[ref] = (info, rows)
-        return None
-
-    def _commit_reload(
-        self, reload: Speculation | None, changes: BatchChanges, steps: Steps
-    ) -> list[ApplyResult]:
-        if reload is None:
-            return []
-        with steps("apply"):
-            result = reload.commit()
-        changes.versions[result.table] = result.version
-        changes.truncates += self._truncates.record(result.table, result.truncates)
-        self._expected.saw(reload.expected.header, reload.expected.entry)
-        return [result]
 
     def _write_rejected(self, rejected: list[DataFrame], batch_id: int, batch: DataFrame) -> None:
         union = reduce(lambda a, b: a.unionByName(b), rejected) if rejected else None
@@ -631,6 +476,13 @@ class BatchProcessor:
                 len(waiting) - len(complete),
             )
 
+    def _save_state(self, changes: BatchChanges, batch_id: int) -> None:
+        """Append the batch's changes to ``_writer_state`` (compacted now and then)."""
+        self._store.append(changes, batch_id)
+        self.state.apply(changes, batch_id)
+        if (batch_id + 1) % COMPACT_EVERY == 0:
+            self._store.compact(self.state)
+
     def _finish(
         self, batch_id: int, results: list[ApplyResult], started: float, steps: Steps
     ) -> None:
@@ -648,20 +500,6 @@ class BatchProcessor:
             steps,
         )
         write_status(self._settings.checkpoint_path, self.last)
-
-
-def _sole_schemas(expected: list[Expected], counts: dict[str, int]) -> set[bytes]:
-    """Headers of the schemas that are the only value schema of their topic and table.
-
-    A table created from another schema than its rows' might take an older schema's rows
-    as an incompatible change (a column narrowed back): only these are created ahead.
-    """
-    tables = [TableRef.of(e.schema) for e in expected]
-    return {
-        e.header
-        for e, ref in zip(expected, tables, strict=True)
-        if e.entry.topic and counts.get(e.entry.topic) == 1 and tables.count(ref) == 1
-    }
 
 
 def _stop_between_batches(query: StreamingQuery, processor: BatchProcessor) -> None:

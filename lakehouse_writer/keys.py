@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.framing import avro_struct, body_column, header_column, header_length
 from producer_lib.errors import SchemaError
 from producer_lib.schema import KeySchema, ValueSchema, schema_fingerprint, single_object_header
 from producer_lib.schema.types import AvroField
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 CHANGE_TIME = "__change_time"
 KEY_HEADER = "__kheader"
-_CONFLUENT_LEN, _SINGLE_OBJECT_LEN = 5, 10
 _SHOWN = 100  # characters of a key or value shown in a reason
 _TECHNICAL = {f.name: f for f in TECHNICAL_FIELDS}
 
@@ -81,18 +81,6 @@ def candidates(schema: ValueSchema, found: Sequence[KeySchemaRef]) -> tuple[KeyS
     return tuple(out.values())
 
 
-def key_header_column() -> Column:
-    """The key's header bytes (``0x00`` + id, or ``0xC3 0x01`` + fingerprint), else null."""
-    from pyspark.sql import functions as F
-
-    key = F.col("key")
-    confluent = (F.substring(key, 1, 1) == F.lit(b"\x00")) & (F.length(key) >= _CONFLUENT_LEN)
-    single = (F.substring(key, 1, 2) == F.lit(b"\xc3\x01")) & (F.length(key) >= _SINGLE_OBJECT_LEN)
-    return F.when(confluent, F.substring(key, 1, _CONFLUENT_LEN)).when(
-        single, F.substring(key, 1, _SINGLE_OBJECT_LEN)
-    )
-
-
 def key_problem(
     value: Column,
     schema: ValueSchema,
@@ -115,7 +103,7 @@ def key_problem(
     from pyspark.sql import functions as F
 
     table = _table(schema)
-    header = key_header_column()
+    header = header_column("key")
     missing = None if not schema.pks else f"Kafka key missing: table {table} has a primary key"
     reason = F.when(F.col("key").isNull(), F.lit(missing).cast("string"))
     for ref, key in keys:
@@ -153,11 +141,8 @@ def decoded_key(ref: KeySchemaRef) -> Column:
     """The row's key decoded with ``ref`` (``from_avro``, PERMISSIVE) where framed with it."""
     from pyspark.sql import functions as F
 
-    from lakehouse_writer.read import avro_struct
-
-    skip = _CONFLUENT_LEN if ref.header[:1] == b"\x00" else _SINGLE_OBJECT_LEN
-    body = F.expr(f"substring(key, {skip + 1}, length(key) - {skip})")
-    framed = key_header_column() == F.lit(bytes(ref.header))
+    body = body_column(header_length(ref.header), "key")
+    framed = header_column("key") == F.lit(bytes(ref.header))
     return F.when(framed, avro_struct(body, ref.schema_json))
 
 

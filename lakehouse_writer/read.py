@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
 from lakehouse_writer.errors import LakehouseWriterError, SchemaEvolutionError
+from lakehouse_writer.framing import HEADER, avro_struct, body_column, header_length, header_tag
 from lakehouse_writer.keys import KeySchemaRef, candidates, with_key_check
+from lakehouse_writer.summary import RowSummary, summary_aggregates
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.tables import TableInfo, TableManager, TableRef
 from producer_lib.errors import SchemaError
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from lakehouse_writer.parallel import TableApplier
-    from lakehouse_writer.scan import Decoded
     from lakehouse_writer.settings import LakehouseSettings
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,6 @@ SOURCE_DEFAULTS = {
     # default (500 ms) every micro-batch paid about 1 s just for reaching its end offsets.
     "kafka.fetch.max.wait.ms": "10",
 }
-HEADER = "__header"
-_CONFLUENT_LEN, _SINGLE_OBJECT_LEN = 5, 10
 
 
 @dataclass(frozen=True)
@@ -85,80 +83,6 @@ class DecodedBatch:
     summaries: dict[TableRef, RowSummary] = field(default_factory=dict)
     schemas: dict[bytes, CatalogEntry] = field(default_factory=dict)
     keys: dict[bytes, tuple[KeySchemaRef, ...]] = field(default_factory=dict)
-
-
-def header_column() -> Column:
-    """The value's header bytes (``0x00`` + id, or ``0xC3 0x01`` + fingerprint), else null.
-
-    Bytes, not text: this runs for every row; :func:`header_tag` names the few distinct ones.
-    """
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    confluent = (F.substring(value, 1, 1) == F.lit(b"\x00")) & (F.length(value) >= _CONFLUENT_LEN)
-    single = (F.substring(value, 1, 2) == F.lit(b"\xc3\x01")) & (
-        F.length(value) >= _SINGLE_OBJECT_LEN
-    )
-    return F.when(confluent, F.substring(value, 1, _CONFLUENT_LEN)).when(
-        single, F.substring(value, 1, _SINGLE_OBJECT_LEN)
-    )
-
-
-def header_tag(header: bytes) -> str:
-    """``c:<id>`` (Confluent) or ``f:<16 hex>`` (single object) of a header's bytes."""
-    header = bytes(header)
-    if header[:1] == b"\x00":
-        return f"c:{int.from_bytes(header[1:5], 'big')}"
-    return f"f:{header[2:10].hex()}"
-
-
-def body_column(header_length: int) -> Column:
-    """The Avro body of ``value``: the bytes after its header of ``header_length`` bytes."""
-    from pyspark.sql import functions as F
-
-    skip = header_length
-    return F.expr(f"substring(value, {skip + 1}, length(value) - {skip})")
-
-
-def avro_struct(body: Column, schema_json: str) -> Column:
-    """``from_avro(body, schema_json)`` in PERMISSIVE mode (null fields where bytes are bad).
-
-    PySpark's ``from_avro`` passes its options as a ``CreateMap`` expression, which every
-    copy of the expression evaluates through one shared, unsynchronized map builder: two
-    threads planning queries over the same decoded rows at once (the tables of a batch,
-    :mod:`lakehouse_writer.parallel`) failed with ``DUPLICATED_MAP_KEY``. Here the options
-    are a map literal, evaluated without a builder. Where Spark's classes differ, PySpark's
-    ``from_avro``.
-    """
-    from py4j.protocol import Py4JError
-    from pyspark.sql import Column as PyColumn
-    from pyspark.sql import SparkSession
-    from pyspark.sql.avro.functions import from_avro
-    from pyspark.sql.types import MapType, StringType
-
-    session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    try:
-        assert session is not None
-        jvm: Any = session._jvm  # type: ignore[attr-defined]
-        expressions, types = (
-            jvm.org.apache.spark.sql.catalyst.expressions,
-            jvm.org.apache.spark.sql.types,
-        )
-        options = expressions.Literal.create(
-            jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(_AVRO_OPTIONS),
-            types.DataType.fromJson(MapType(StringType(), StringType()).json()),
-        )
-        schema = expressions.Literal.create(schema_json, types.DataTypes.StringType)
-        child = session._jsparkSession.expression(body._jc)  # type: ignore[attr-defined]
-        node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(
-            expressions.FromAvro(child, schema, options)
-        )
-        return PyColumn(jvm.org.apache.spark.sql.Column(node))  # type: ignore[call-arg]
-    except (AssertionError, Py4JError, AttributeError):
-        return from_avro(body, schema_json, dict(_AVRO_OPTIONS))
-
-
-_AVRO_OPTIONS = {"mode": "PERMISSIVE"}  # a row that does not decode is rejected, not fatal
 
 
 def resolve(headers: set[str], catalog: SchemaCatalog) -> dict[str, CatalogEntry]:
@@ -203,7 +127,7 @@ def decode_batch(
     entries = resolve(set(tags), catalog)
     keys = {tag: catalog.key_schemas(entry.topic) for tag, entry in entries.items()}
     out = DecodedBatch()
-    done: dict[bytes, Decoded | Parsed] = dict(decoded or {})
+    done: dict[bytes, Decoded] = dict(decoded or {})
     if applier is not None:
         schemas = _value_schemas(entries, stopped)
         tables.ensure_all(schemas.values(), applier)
@@ -225,18 +149,22 @@ def decode_batch(
 
 
 @dataclass(frozen=True)
-class Parsed:
-    """The rows of one writer schema decoded ahead (:func:`_parse_ahead`).
+class Decoded:
+    """The rows of one writer schema, decoded by the batch's scan or ahead of it.
 
     Attributes:
-        parsed: :func:`parse_rows` of them, cached.
+        parsed: :func:`parse_rows` of them (``topic``, ``partition``, ``offset``, ``key``,
+            ``value`` and the decoded value ``__r``), cached.
         summary: Counts per change type and key range of the rows that decoded.
         failures: Rows that did not decode.
+        by_scan: Decoded by the scan's shared projection (:mod:`lakehouse_writer.scan`),
+            whose failures are decoded again on their own before they are rejected.
     """
 
     parsed: DataFrame
     summary: RowSummary
     failures: int
+    by_scan: bool = False
 
 
 def _value_schemas(
@@ -262,7 +190,7 @@ def _parse_ahead(
     tables: TableManager,
     applier: TableApplier,
     keys: Mapping[str, list[KeySchemaRef]],
-) -> dict[bytes, Parsed]:
+) -> dict[bytes, Decoded]:
     """Decode, cache and summarize the rows of each of ``schemas``, several at a time.
 
     Each schema costs a job over the cached batch whatever its rows: a batch over many
@@ -271,7 +199,7 @@ def _parse_ahead(
     """
     from pyspark.sql import functions as F
 
-    def one(tag: str, _: object) -> Parsed:
+    def one(tag: str, _: object) -> Decoded:
         info = tables.ensure(schemas[tag])
         rows = df.filter(F.col(HEADER) == F.lit(tags[tag]))
         found = candidates(schemas[tag], keys[tag])
@@ -281,7 +209,7 @@ def _parse_ahead(
         except BaseException:
             parsed.unpersist()
             raise
-        return Parsed(parsed, summary, failures)
+        return Decoded(parsed, summary, failures)
 
     outcomes = applier.map(one, sorted(schemas))
     return {tags[o.item]: o.result for o in outcomes if o.result is not None}
@@ -301,7 +229,7 @@ def _decode_one(
     tables: TableManager,
     stopped: dict[str, str],
     out: DecodedBatch,
-    scanned: Decoded | Parsed | None,
+    scanned: Decoded | None,
     known_keys: list[KeySchemaRef],
 ) -> None:
     try:
@@ -330,7 +258,7 @@ def _decode_one(
         out.cached.append(parsed)
         summary, failures = _summarize(parsed, schema, info)  # decodes (and caches) the rows
     decoded, failed = split_parsed(parsed, schema)
-    if failures and scanned is not None and not isinstance(scanned, Parsed):  # by the scan
+    if failures and scanned is not None and scanned.by_scan:
         again = parse_rows(failed, tag, entry.schema_json, schema, keys).persist()
         out.cached.append(again)
         more, failures = _summarize(again, schema, info)
@@ -348,7 +276,7 @@ def _decode_one(
 
 
 def _summarize(parsed: DataFrame, schema: ValueSchema, info: TableInfo) -> tuple[RowSummary, int]:
-    """The :class:`~lakehouse_writer.apply.RowSummary` of the rows that decoded.
+    """The :class:`~lakehouse_writer.summary.RowSummary` of the rows that decoded.
 
     Also how many did not decode (their change type is null).
     """
@@ -412,8 +340,7 @@ def parse_rows(
     row's key is checked with ``keys`` (:func:`~lakehouse_writer.keys.with_key_check`): where
     it fails, ``__r`` is null and ``__key_problem`` says why.
     """
-    skip = _CONFLUENT_LEN if tag.startswith("c:") else _SINGLE_OBJECT_LEN
-    decoded = avro_struct(body_column(skip), schema_json).alias("__r")
+    decoded = avro_struct(body_column(header_length(tag)), schema_json).alias("__r")
     if schema is None:
         return rows.select("topic", "partition", "offset", decoded)
     parsed = rows.select("topic", "partition", "offset", "key", decoded)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,22 +33,22 @@ from lakehouse_writer import txn
 from lakehouse_writer.apply import (
     UPSERT_TYPES,
     ApplyResult,
-    RowSummary,
     conform,
-    truncate_records,
-    truncate_row,
     unique_keys,
 )
+from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.framing import avro_struct, body_column
 from lakehouse_writer.keys import with_key_check
 from lakehouse_writer.ranges import OffsetRanges, range_read
-from lakehouse_writer.read import avro_struct, body_column, split_parsed
-from lakehouse_writer.truncate import Truncate, distinct_truncates
+from lakehouse_writer.read import DecodedBatch, split_parsed
+from lakehouse_writer.summary import RowSummary, truncate_records, truncate_row
+from lakehouse_writer.tables import TableInfo, TableManager, TableRef, no_data_files
+from lakehouse_writer.truncate import Truncate, TruncateLog, distinct_truncates
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakehouse_writer.scan import Expected
-    from lakehouse_writer.tables import TableInfo
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,138 @@ class Speculation:
         """Delete the files uncommitted (once the check no longer reads them)."""
         wait([self._unique])
         self._pending.discard()
+
+
+class ReloadBet:
+    """Whether, and on which table, a batch bets on a reload; and how the bet ends.
+
+    The bet is made (:meth:`place`) on the topic with the most offsets in the batch, at
+    least ``min_rows``, whose only writer schema is expected and whose table is empty. A
+    table found holding rows, or whose bet was lost, is not bet on again, so later batches
+    pay nothing.
+
+    Args:
+        spark: The session.
+        tables: Creates or finds the tables.
+        min_rows: The fewest rows of a topic worth a bet (0: never bet).
+        options: The Kafka source options (the bet reads its offset ranges again).
+        instance_id: The writer instance id (Delta txnAppId).
+        truncates: The TRUNCATEs applied so far, per table.
+        creatable: Whether a schema's table is made from that schema alone.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        tables: TableManager,
+        min_rows: int,
+        options: Mapping[str, str],
+        instance_id: str,
+        truncates: TruncateLog,
+        creatable: Callable[[bytes], bool],
+    ) -> None:
+        self._spark = spark
+        self._tables = tables
+        self._min_rows = min_rows
+        self._options = options
+        self._instance = instance_id
+        self._truncates = truncates
+        self._creatable = creatable
+        self._declined: set[bytes] = set()  # headers whose bet was lost or is pointless
+
+    def place(
+        self,
+        source: DataFrame,
+        expected: list[Expected],
+        batch_id: int,
+        ranges: OffsetRanges | None,
+        stopped: Mapping[str, str],
+    ) -> Speculation | None:
+        """Bet that the batch's rows of one topic are a reload, and write them in one pass.
+
+        ``ranges``: the batch's offset ranges (None: not known, no bet). None: no bet, or
+        a lost one (its files are deleted) — the batch takes the normal path.
+        """
+        empty = self._candidates(expected, stopped) if self._min_rows else []
+        if not (empty and ranges):
+            return None
+        spans: dict[str, int] = {}
+        for (topic, _), (first, end) in ranges.items():
+            spans[topic] = spans.get(topic, 0) + end - first
+        bet, info = max(empty, key=lambda c: spans.get(c[0].entry.topic or "", 0))
+        if spans.get(bet.entry.topic or "", 0) < self._min_rows:
+            return None
+        ref = info.ref
+        outcome = speculate(
+            source,
+            self._options,
+            ranges,
+            bet,
+            info,
+            txn.app_id_for(self._instance, ref.qualified),
+            txn.txn_version(batch_id, txn.STEP_ROWS),
+            self._truncates.of(ref.qualified),
+        )
+        if isinstance(outcome, str):
+            self._declined.add(bet.header)
+            _not_one_pass(ref.qualified, batch_id, outcome)
+            return None
+        return outcome
+
+    def settle(
+        self, reload: Speculation | None, decoded: DecodedBatch, batch_id: int
+    ) -> Speculation | None:
+        """``reload`` when its files are to be committed; else its rows join ``decoded``.
+
+        They are not when a key repeats, or when the rest of the batch holds rows of its
+        table (from another topic): then its files are deleted and its rows, read again,
+        are applied the normal way, with those of the rest (cached: in ``decoded.cached``).
+        """
+        if reload is None:
+            return None
+        ref = reload.info.ref
+        if ref in decoded.tables:
+            reason = "the batch holds rows of its table from another topic"
+        elif not reload.unique():
+            reason = "a key repeats"
+        else:
+            return reload
+        _not_one_pass(ref.qualified, batch_id, reason)
+        reload.discard()
+        self._declined.add(reload.expected.header)
+        rows = reload.rows().persist()
+        decoded.cached.append(rows)
+        info = reload.info
+        if ref in decoded.tables:
+            info, others = decoded.tables[ref]
+            rows = others.unionByName(rows, allowMissingColumns=True)
+            decoded.summaries.pop(ref, None)  # apply_batch summarizes them all
+        decoded.tables[ref] = (info, rows)
+        return None
+
+    def _candidates(
+        self, expected: list[Expected], stopped: Mapping[str, str]
+    ) -> list[tuple[Expected, TableInfo]]:
+        """The expected schemas whose table is made from them alone and is empty."""
+        empty = []
+        for e in expected:
+            if not self._creatable(e.header) or e.header in self._declined:
+                continue
+            if TableRef.of(e.schema).qualified in stopped:
+                continue
+            try:
+                info = self._tables.ensure(e.schema)
+            except LakehouseWriterError:
+                continue  # the normal path reports it
+            if info.append_only or not no_data_files(self._spark, info.path):
+                self._declined.add(e.header)  # it holds rows: no bet from now on (no cost)
+                continue
+            empty.append((e, info))
+        return empty
+
+
+def _not_one_pass(table: str, batch_id: int, reason: str) -> None:
+    log.info("reload not written in one pass table=%s batch=%d reason=%s", table, batch_id, reason)
 
 
 def speculate(

@@ -17,7 +17,7 @@ catalog — and decodes them while it reads, with one ``from_avro`` per expected
 One aggregate over the cache then gives the highest offset of every topic partition, the
 headers per topic, and per expected schema the counts per change type, the decode failures,
 the first key column's range and the oldest change time
-(:class:`~lakehouse_writer.apply.RowSummary`). A wrong guess costs speed, never correctness.
+(:class:`~lakehouse_writer.summary.RowSummary`). A wrong guess costs speed, never correctness.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.apply import RowSummary, summary_aggregates
 from lakehouse_writer.catalog import CatalogEntry
+from lakehouse_writer.framing import HEADER, avro_struct, body_column, header_column
 from lakehouse_writer.keys import KeySchemaRef, candidates, with_key_check
-from lakehouse_writer.read import HEADER, avro_struct, body_column, header_column
+from lakehouse_writer.read import Decoded
+from lakehouse_writer.summary import RowSummary, summary_aggregates
 from producer_lib.errors import SchemaError
 from producer_lib.schema import ValueSchema
 
@@ -64,23 +65,6 @@ class Expected:
     def keys(self) -> tuple[KeySchemaRef, ...]:
         """The key writer schemas the scan decodes and checks its rows' keys with."""
         return candidates(self.schema, self.known_keys)
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """The rows of one expected schema as decoded by the scan.
-
-    Attributes:
-        parsed: ``topic``, ``partition``, ``offset``, ``key``, ``value`` and the decoded
-            value ``__r`` (the layout of :func:`~lakehouse_writer.read.parse_rows`) of the
-            rows with this header; a part of the cached frame.
-        summary: Counts per change type and key range of the rows that decoded.
-        failures: Rows with this header that did not decode.
-    """
-
-    parsed: DataFrame
-    summary: RowSummary
-    failures: int
 
 
 @dataclass
@@ -170,7 +154,7 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         ]
         failures = sum(n for change, n, *_ in rows if change is None)
         summary = RowSummary.of_counts(r for r in rows if r[0] is not None)
-        found.decoded[e.header] = Decoded(parsed, summary, failures)
+        found.decoded[e.header] = Decoded(parsed, summary, failures, by_scan=True)
     return found
 
 
