@@ -19,7 +19,7 @@ from lakehouse_writer.checkpoint_guard import CheckpointMismatch, check_checkpoi
 from lakehouse_writer.cli import main
 from lakehouse_writer.status import read_status
 from lakehouse_writer.topics import TopicPattern
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -39,18 +39,7 @@ def applied_then_checkpoint_lost(spark, kafka_bootstrap, new_topic, tmp_path, mo
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        topic,
-        "--bootstrap-servers",
-        kafka_bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, topic, kafka_bootstrap)
     produce_transaction(kafka_bootstrap, topic, schema, _rows(1, 3, 1))
     assert main(argv) == 0
     old_instance = txn.instance_id(str(ckpt))

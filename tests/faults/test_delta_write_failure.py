@@ -24,7 +24,7 @@ import pytest
 
 from lakehouse_writer.cli import main
 from lakehouse_writer.status import read_status
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -79,18 +79,7 @@ def test_a_table_that_cannot_commit_fails_the_batch_and_a_restart_applies_every_
     publish_schemas(kafka_bootstrap, items_topic, schemas, items)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        f"{orders_topic}|{items_topic}",
-        "--bootstrap-servers",
-        kafka_bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, f"{orders_topic}|{items_topic}", kafka_bootstrap)
     orders_table, items_table = lake / "SHOP" / "ORDERS", lake / "SHOP" / "ITEMS"
 
     produce_transaction(kafka_bootstrap, orders_topic, orders, _rows(1, 3, 1))

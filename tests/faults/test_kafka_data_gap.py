@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from lakehouse_writer.cli import main
 from lakehouse_writer.data_loss import DataGap, data_gap_cause, find_gap
 from lakehouse_writer.status import read_status
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -66,18 +66,7 @@ def _gap_scenario(spark, bootstrap, admin, new_topic, tmp_path, monkeypatch) -> 
     publish_schemas(bootstrap, topic, schemas, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        topic,
-        "--bootstrap-servers",
-        bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, topic, bootstrap)
 
     produce_transaction(bootstrap, topic, schema, _rows(1, 3, 1))
     assert main(argv) == 0

@@ -19,7 +19,7 @@ import pytest
 
 from lakehouse_writer.cli import main
 from lakehouse_writer.status import read_status
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -75,18 +75,7 @@ def test_a_full_lakehouse_disk_fails_the_batch_and_a_restart_applies_every_row_o
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     lake, ckpt = small_disk, tmp_path / "ckpt"
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        topic,
-        "--bootstrap-servers",
-        kafka_bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, topic, kafka_bootstrap)
     table = lake / "SHOP" / "ORDERS"
 
     produce_transaction(kafka_bootstrap, topic, schema, _rows(1, 3, 1))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from lakehouse_writer.ahead import sole_schemas
 from lakehouse_writer.catalog import CatalogEntry
-from lakehouse_writer.job import _sole_schemas
 from lakehouse_writer.scan import Expected, ExpectedSchemas
 from tests.support.writer import sample_schema
 
@@ -47,5 +47,5 @@ def test_only_a_table_s_sole_writer_schema_has_its_table_made_ahead():
         expected(b"c2", "C", "t_c2"),  # one table, two topics
     ]
     counts = {"t_a": 1, "t_b": 2, "t_c1": 1, "t_c2": 1}
-    assert _sole_schemas(candidates, counts) == {b"a"}
-    assert _sole_schemas(candidates, {}) == set()  # not in the catalog: not made ahead
+    assert sole_schemas(candidates, counts) == {b"a"}
+    assert sole_schemas(candidates, {}) == set()  # not in the catalog: not made ahead

@@ -29,7 +29,7 @@ from producer_lib.schema import (
     schema_fingerprint,
     single_object_header,
 )
-from tests.support.writer import T0, encode_row, framed, publish_schemas, sample_schema
+from tests.support.writer import T0, encode_row, framed, once_argv, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -61,18 +61,7 @@ def _row(i: int, change: str = "I", t: int = 1, **more: Any) -> dict[str, Any]:
 
 
 def _run(lake: Path, ckpt: Path, topic: str, bootstrap: str, max_offsets: int | None) -> None:
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        topic,
-        "--bootstrap-servers",
-        bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, topic, bootstrap)
     if max_offsets:
         argv += ["--max-offsets-per-trigger", str(max_offsets)]
     assert main(argv) == 0

@@ -113,7 +113,7 @@ def test_rows_decoded_once_can_be_planned_from_many_threads_at_once(spark):
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    from lakehouse_writer.read import avro_struct
+    from lakehouse_writer.framing import avro_struct
 
     schema = {"type": "record", "name": "r", "fields": [{"name": "a", "type": "long"}]}
     values = []

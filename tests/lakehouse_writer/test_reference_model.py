@@ -56,6 +56,7 @@ from producer_lib.schema import (
 )
 from producer_lib.settings import KafkaSettings
 from tests.support import reference_model as model
+from tests.support.writer import once_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -250,18 +251,7 @@ def aborted_on_log(flows: list[Flow]) -> bool:
 
 def run_writer(bootstrap: str, lake: Path, ckpt: Path, flow: Flow, limit: int | None) -> None:
     """``lakehouse-writer run --once`` over the flow's topics (``limit``: offsets per batch)."""
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        flow.pattern,
-        "--bootstrap-servers",
-        bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, flow.pattern, bootstrap)
     assert main(argv + (["--max-offsets-per-trigger", str(limit)] if limit else [])) == 0
 
 

@@ -20,6 +20,7 @@ from lakehouse_writer.truncate import Truncate
 from tests.support.writer import (
     T0,
     commit_message,
+    once_argv,
     produce_transaction,
     publish_schemas,
     sample_schema,
@@ -47,18 +48,7 @@ def _reload(ids: range, time_us: int = T0 + 1) -> list[dict]:
 
 
 def _run(lake: Path, ckpt: Path, topics: str, bootstrap: str) -> None:
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        topics,
-        "--bootstrap-servers",
-        bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, topics, bootstrap)
     assert main(argv) == 0
 
 

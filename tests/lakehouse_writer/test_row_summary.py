@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse_writer.read import header_tag
+from lakehouse_writer.framing import header_tag
 from lakehouse_writer.summary import RowSummary
 from lakehouse_writer.truncate import Truncate
 

@@ -21,6 +21,7 @@ from tests.support.ports import free_port_pair
 from tests.support.writer import (
     T0,
     WriterProcess,
+    once_argv,
     produce_transaction,
     publish_schemas,
     sample_schema,
@@ -169,20 +170,7 @@ def test_a_taken_metrics_port_fails_the_run_naming_it(
         monkeypatch.setenv("LAKEHOUSE_METRICS_PORT", str(port))
         monkeypatch.setenv("LAKEHOUSE_METRICS_HOST", "127.0.0.1")
         checkpoint = tmp_path / "ckpt"
-        code = main(
-            [
-                "run",
-                "--lakehouse",
-                str(tmp_path / "lake"),
-                "--checkpoint",
-                str(checkpoint),
-                "--once",
-                "--topics",
-                topic,
-                "--bootstrap-servers",
-                kafka_bootstrap,
-            ]
-        )
+        code = main(once_argv(tmp_path / "lake", checkpoint, topic, kafka_bootstrap))
     assert code == 1
     error = (read_status(str(checkpoint)) or {})["error"]
     assert "MetricsUnavailable" in error and "LAKEHOUSE_METRICS_PORT" in error

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from lakehouse_writer.cli import main
 from producer_lib.schema import schema_fingerprint, single_object_header
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -105,18 +105,7 @@ def test_writer_applies_committed_transactions_and_rejects_poison(
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     monkeypatch.setenv("LAKEHOUSE_COMMITS_TOPIC", commits)
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        f"{topic}|{commits}",
-        "--bootstrap-servers",
-        kafka_bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, f"{topic}|{commits}", kafka_bootstrap)
     if max_offsets:
         argv += ["--max-offsets-per-trigger", str(max_offsets)]
     assert main(argv) == 0
@@ -171,18 +160,7 @@ def test_the_topics_regex_names_whole_topics(
             )
         lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
         monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
-        argv = [
-            "run",
-            "--lakehouse",
-            str(lake),
-            "--checkpoint",
-            str(ckpt),
-            "--once",
-            "--topics",
-            topic,
-            "--bootstrap-servers",
-            kafka_bootstrap,
-        ]
+        argv = once_argv(lake, ckpt, topic, kafka_bootstrap)
         assert main(argv) == 0
     finally:
         kafka_admin.delete_topics([longer])[longer].result(timeout=30)

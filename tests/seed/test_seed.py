@@ -34,6 +34,7 @@ from tests.seed import function_app, oracle_standin, startek_app
 from tests.seed.startek_api import ATTRIBUTES, PAGES, StarTekApi
 from tests.seed.transformations import transformations
 from tests.support.decode import decoded_values
+from tests.support.writer import once_argv
 
 LABWARE_TOPIC, STARTEK_TOPIC = "SAMPLE_PLAN", "STARTEK_ATTRIBUTES"  # the documents' names
 STARTEK_TOKEN = "startek-test-token"
@@ -137,18 +138,7 @@ def test_the_documented_flows_land_in_delta_equal_to_their_sources(
     run_startek(sources)
     lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
     monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)  # where the producer wrote
-    argv = [
-        "run",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        f"{LABWARE_TOPIC}|{STARTEK_TOPIC}",
-        "--bootstrap-servers",
-        sources.bootstrap,
-    ]
+    argv = once_argv(lake, ckpt, f"{LABWARE_TOPIC}|{STARTEK_TOPIC}", sources.bootstrap)
     assert main(argv) == 0
 
     def delta(path, *columns):

@@ -296,3 +296,20 @@ class WriterProcess:
 
         text = Path(self.log_path).read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
+
+
+def once_argv(lake: Any, checkpoint: Any, topics: str, bootstrap: str, *more: str) -> list[str]:
+    """``lakehouse-writer`` arguments of a drain (``run --once``) of ``topics``, then ``more``."""
+    return [
+        "run",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(checkpoint),
+        "--once",
+        "--topics",
+        topics,
+        "--bootstrap-servers",
+        bootstrap,
+        *more,
+    ]
