@@ -14,6 +14,7 @@ derives the schema from the SQL projection, adds keys and comments from the data
 and checks the primary key. ``PostgresReader``, ``OracleReader`` and ``RestReader`` import
 their client libraries (psycopg, oracledb, aiohttp) only when used. ``KafkaJsonReader`` and
 ``JsonLinesReader`` stage JSON events (a topic, or JSON-lines files) with declared columns.
+``load_changes`` stages a Delta table's changes since a version (its change data feed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
+from producer_lib.sources.delta_changes import (
+    ChangesExpiredError,
+    DeltaChanges,
+    load_changes,
+    net_images,
+)
 from producer_lib.sources.dictionary import DataDictionary, SourceTable, apply_dictionary
 from producer_lib.sources.duckdb_reader import DuckDBReader
 from producer_lib.sources.json_events import JsonColumns, JsonLinesReader, KafkaJsonReader
@@ -38,7 +45,9 @@ _LAZY = {  # reader -> (module, the extra that installs its client library)
 }
 
 __all__ = [
+    "ChangesExpiredError",
     "DataDictionary",
+    "DeltaChanges",
     "DuckDBReader",
     "JsonColumns",
     "JsonLinesReader",
@@ -49,6 +58,8 @@ __all__ = [
     "SourceAdapter",
     "SourceTable",
     "apply_dictionary",
+    "load_changes",
+    "net_images",
     "rows_to_arrow",
 ]
 
