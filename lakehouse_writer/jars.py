@@ -1,11 +1,12 @@
 """The writer's JVM jars: Spark's Kafka source, Avro functions and Delta Lake, resolved by Maven.
 
 The coordinates live here (:data:`SPARK_CONNECTORS`), so that an installed ``flow-platform[writer]``
-finds its jars without this repository: the first local run writes a pom of them, runs
-``mvn dependency:copy-dependencies`` and keeps the jars in :func:`jar_dir`
-(``LAKEHOUSE_JARS_DIR``, else ``~/.cache/flow-platform/jars/spark``). A stamp holding the pom's
-hash makes later runs free until the coordinates change. Resolved with Maven, never with Spark's
-Ivy ``spark.jars.packages``, which ignores Maven's ``settings.xml`` mirrors and proxies.
+finds its jars without this repository: the first run that starts its own driver (a local
+master, or ``--master spark://HOST:PORT``: Spark ships them to the executors) writes a pom of
+them, runs ``mvn dependency:copy-dependencies`` and keeps the jars in :func:`jar_dir`
+(``LAKEHOUSE_JARS_DIR``, else ``~/.cache/flow-platform/jars/spark``). A stamp holding the
+pom's hash makes later runs free until the coordinates change. Resolved with Maven, never with
+Spark's Ivy ``spark.jars.packages``, which ignores Maven's ``settings.xml`` mirrors and proxies.
 
 Each jar is listed without its transitive dependencies: Spark's parent POM names a repository
 not reachable from every network, and pyspark already ships every other jar these need. Jars
@@ -83,7 +84,10 @@ def spark_jars(target: Path | None = None) -> list[str]:
 
 
 def local_jars(given: Sequence[str] | None = None, class_path: str = "") -> list[str]:
-    """The ``spark.jars`` of a session with a local master: Maven only when nothing has them.
+    """The ``spark.jars`` of a driver the writer starts: Maven only when nothing has them.
+
+    The writer starts the driver with a local master and with a cluster's one given to it
+    (``--master spark://HOST:PORT``); a cluster's executors get the jars from that driver.
 
     In this order: ``given`` (``--jars``) as they are; none when the driver's classpath will
     have the connectors already (:func:`on_class_path`: a production image with them in

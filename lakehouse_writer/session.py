@@ -3,11 +3,15 @@
 The master comes from, in this order: ``--master``; a session or ``spark-submit`` already
 running (its ``--master``); ``SPARK_MASTER``; ``spark.master`` in ``spark-defaults.conf``;
 else ``local[2]`` (:func:`resolve_master`). With a ``local[N]`` master set here the writer's
-small-machine defaults apply and the Kafka, Avro and Delta connector jars come through
-``spark.jars`` (:func:`lakehouse_writer.jars.local_jars`: ``--jars``, the jars already on
-the driver's classpath, ``LAKEHOUSE_JARS_DIR``, or Maven as the last resort). Otherwise
-(``spark-submit``, Databricks, Fabric, a cluster) they are expected where the cluster has
-them, and :func:`missing_connectors` names any that are not.
+small-machine defaults apply. Whenever the writer starts the driver itself (a master set here:
+``local[N]``, or a cluster's, ``--master spark://HOST:PORT``, ``yarn``, ``k8s://...``) the
+Kafka, Avro and Delta connector jars come through ``spark.jars``
+(:func:`lakehouse_writer.jars.local_jars`: ``--jars``, none when the driver's classpath has
+them already, ``LAKEHOUSE_JARS_DIR``, or Maven as the last resort); with a cluster master
+Spark ships them from the driver to the executors. ``spark.jars`` or ``spark.jars.packages``
+given in ``conf`` are left as they are. Under ``spark-submit``, Databricks or Fabric (no
+master set here) the jars are expected where the cluster has them (``spark-submit --jars``),
+and :func:`missing_connectors` names any that are not.
 
 The writer needs a classic session (py4j): it calls Delta's and Hadoop's JVM classes.
 Spark Connect sessions are refused at start (:func:`refuse_spark_connect`,
@@ -88,11 +92,12 @@ def build_spark_session(
 
     Args:
         app_name: Spark application name.
-        master: ``local[N]`` to run in-process; None to take the master from the environment
-            (``spark-submit``, a running session, ``spark-defaults.conf``).
-        jars: Connector jars for ``spark.jars``. None with a local master finds them
-            (:func:`lakehouse_writer.jars.local_jars`); pass ``[]`` when the cluster
-            provides them.
+        master: ``local[N]`` to run in-process, or a cluster's master (``spark://HOST:PORT``,
+            ``yarn``) with the driver in this process; None to take the master from the
+            environment (``spark-submit``, a running session, ``spark-defaults.conf``).
+        jars: Connector jars for ``spark.jars``. None with a master finds them
+            (:func:`lakehouse_writer.jars.local_jars`; a cluster gets them from the driver);
+            pass ``[]`` when the cluster provides them.
         conf: Extra Spark settings; they win over the defaults here.
 
     Raises:
@@ -107,17 +112,27 @@ def build_spark_session(
         builder = builder.master(master)
         if master.startswith("local"):
             settings.update(_LOCAL_DEFAULTS)
-            if jars is None:
-                from lakehouse_writer.jars import local_jars
-
-                extra = (conf or {}).get("spark.driver.extraClassPath", "")
-                jars = local_jars(class_path=extra)
+        if jars is None:
+            jars = _driver_jars(conf or {})
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     return require_classic(builder.getOrCreate())
+
+
+def _driver_jars(conf: Mapping[str, str]) -> list[str]:
+    """The connector jars a driver started here needs in ``spark.jars`` (maybe none).
+
+    None when ``conf`` names jars itself (``spark.jars``, ``spark.jars.packages``); else
+    :func:`lakehouse_writer.jars.local_jars` (none when the driver's classpath has them).
+    """
+    if conf.get("spark.jars") or conf.get("spark.jars.packages"):
+        return []
+    from lakehouse_writer.jars import local_jars
+
+    return local_jars(class_path=conf.get("spark.driver.extraClassPath", ""))
 
 
 def resolve_master(given: str | None, environ: Mapping[str, str] | None = None) -> str | None:

@@ -1,0 +1,241 @@
+"""The writer on a real Spark standalone cluster (master + two one-core workers, loopback).
+
+Run as users run it (docs/CLUSTER.md): ``spark-submit --master spark://… --jars <the
+connector jars> writer_main.py run …``, and ``lakehouse-writer run --master spark://…`` from
+this machine, which ships its own jars to the executors.
+
+Which of the local checks run here (the representative set):
+
+- ``test_writer_e2e.py``'s transactions: inserts over two partitions with a ``_commits``
+  record, an update and a delete, an aborted transaction, a scoped TRUNCATE and a REPLACE,
+  three undecodable messages → the exact rows, ``_rejected`` with the bytes as sent, the
+  commit once, status ``drained``; a second run applies nothing. ``LAKEHOUSE_SMALL_MERGE_ROWS=0``
+  so the MERGEs run as Spark jobs on the executors, not in the driver with delta-rs.
+- ``test_hadoop_checkpoint.py``'s replay: the last batch's Spark commit file removed (the
+  driver died before Spark recorded it), the next run replays that batch and changes nothing;
+  every (txnAppId, txnVersion) is in each table's Delta log once.
+- ``test_writer_crash.py``'s load with a worker killed mid-batch: ``test_worker_killed.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+
+from producer_lib.schema import schema_fingerprint, single_object_header
+from tests.cluster.conftest import SparkCluster, delta_rows, spark_submit_argv, submit_env
+from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
+
+
+def _rows(path: Path, columns: tuple[str, ...] = ("ID", "NAME", "REGION")) -> list[tuple]:
+    return delta_rows(path, columns)
+
+
+def _txn_counts(table: Path) -> Counter:
+    """How often each (txnAppId, txnVersion) was committed to the table's Delta log."""
+    seen: Counter = Counter()
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line) if line else {}
+            if "txn" in action:
+                seen[(action["txn"]["appId"], action["txn"]["version"])] += 1
+    return seen
+
+
+def _commit_record(topic: str, time_us: int) -> tuple[str, bytes, bytes]:
+    """test_writer_e2e's ``_commits`` record of the four inserts."""
+    commit_id = str(uuid.uuid4())
+    value = {
+        "commit_id": commit_id,
+        "producer": "test",
+        "source_system": "TEST",
+        "function_name": "f",
+        "transaction_time": time_us,
+        "tables": [{"topic": topic, "table": "SHOP.ORDERS", "rows": 4}],
+        "partitions": [
+            {"topic": topic, "partition": 0, "min_offset": 0, "max_offset": 3, "rows": 4}
+        ],
+    }
+    return commit_id, commit_id.encode(), json.dumps(value).encode()
+
+
+def _poison_values(schema_json: dict) -> list[bytes]:
+    """Three values the writer cannot decode: no header, unknown schema, truncated body."""
+    good_header = single_object_header(schema_fingerprint(schema_json))
+    return [
+        b"random bytes, no header",
+        b"\xc3\x01" + b"\x01" * 8 + b"\x02abc",
+        good_header + b"\x02",
+    ]
+
+
+def _produce(bootstrap: str, topic: str, commits: str) -> str:
+    """test_writer_e2e's transactions: I, U, D, an aborted one, T + R, three poison values."""
+    schema = sample_schema()
+    commit_id, ckey, cvalue = _commit_record(topic, T0 + 1)
+    inserts = [
+        {
+            "ID": i,
+            "NAME": f"n{i}",
+            "REGION": "A" if i < 4 else "B",
+            "__change_type": "I",
+            "__change_time": T0 + 1,
+            "partition": i % 2,
+        }
+        for i in range(1, 5)
+    ]
+    produce_transaction(bootstrap, topic, schema, inserts, extra=[(commits, ckey, cvalue)])
+    changes = [
+        {"ID": 1, "NAME": "n1-updated", "REGION": "A", "__change_type": "U", "partition": 1},
+        {"ID": 2, "NAME": "n2", "__change_type": "D"},
+    ]
+    produce_transaction(bootstrap, topic, schema, [{**r, "__change_time": T0 + 2} for r in changes])
+    ghost = {"ID": 99, "NAME": "ghost", "__change_type": "I", "__change_time": T0 + 3}
+    produce_transaction(bootstrap, topic, schema, [ghost], commit=False)
+    reload = [
+        {"ID": 0, "__change_type": "T", "__change_time": T0 + 4, "__truncate": {"REGION": "B"}},
+        {"ID": 10, "NAME": "n10", "REGION": "B", "__change_type": "R", "__change_time": T0 + 4},
+    ]
+    produce_transaction(bootstrap, topic, schema, reload)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in _poison_values(schema.to_avro_json()):
+        producer.produce(topic, value=value, partition=0)
+    producer.flush(30)
+    return commit_id
+
+
+def _run(argv: list[str], env: dict[str, str], log: Path) -> None:
+    with open(log, "ab") as out:
+        done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+    assert done.returncode == 0, tail
+
+
+def _apps_on(cluster: SparkCluster, name: str) -> list[dict]:
+    """The cluster's finished applications called ``name``."""
+    state = cluster.state()
+    return [a for a in state["completedapps"] + state["activeapps"] if a["name"] == name]
+
+
+def _ran_tasks(cluster: SparkCluster, app_id: str) -> list[int]:
+    """The workers whose executor of ``app_id`` ran a task."""
+    return [
+        worker
+        for worker in range(len(cluster.workers))
+        for log in cluster.executor_logs(worker)
+        if log.parent.parent.name == app_id and "Running task" in log.read_text(errors="replace")
+    ]
+
+
+def test_spark_submit_applies_every_row_type_once_and_a_replay_changes_nothing(
+    spark_cluster, connector_jars, writer_main, kafka_bootstrap, new_topic, tmp_path
+):
+    topic = new_topic(partitions=2)
+    schemas, commits = new_topic(suffix="_schemas"), new_topic(suffix="_commits")
+    publish_schemas(kafka_bootstrap, topic, schemas, sample_schema())
+    commit_id = _produce(kafka_bootstrap, topic, commits)
+    lake, ckpt, log = tmp_path / "lake", tmp_path / "ckpt", tmp_path / "writer.log"
+    writer_args = [
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        f"{topic}|{commits}",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+    ]
+    argv = spark_submit_argv(spark_cluster, connector_jars, writer_main, writer_args)
+    env = submit_env(
+        LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+        LAKEHOUSE_COMMITS_TOPIC=commits,
+        LAKEHOUSE_SMALL_MERGE_ROWS="0",  # MERGEs as Spark jobs on the executors
+    )
+    _run(argv, env, log)
+
+    orders = lake / "SHOP" / "ORDERS"
+    expected = [(1, "n1-updated", "A"), (3, "n3", "A"), (10, "n10", "B")]
+    assert _rows(orders) == expected
+    rejected = _rows(lake / "_rejected", ("value", "topic"))
+    poison = _poison_values(sample_schema().to_avro_json())
+    assert rejected == sorted((value, topic) for value in poison)  # the bytes as sent
+    assert _rows(lake / "_commits", ("commit_id",)) == [(commit_id,)]
+    status = json.loads((ckpt / "writer_status.json").read_text())
+    assert status["state"] == "drained" and status["rows_applied"] == {"SHOP.ORDERS": 8}
+    apps = _apps_on(spark_cluster, "lakehouse-writer")
+    assert apps, "the writer did not run on the cluster"
+    assert _ran_tasks(spark_cluster, apps[-1]["id"]) != [], "no executor ran a task"
+
+    # the driver died after the last batch, before Spark recorded it: the next run replays it
+    spark_commits = ckpt / "commits"
+    last = max(int(p.name) for p in spark_commits.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (spark_commits / name).unlink()
+    version = DeltaTable(str(orders)).version()
+    _run(argv, env, log)
+    assert (spark_commits / str(last)).exists()  # the batch ran again
+    assert DeltaTable(str(orders)).version() == version  # and changed nothing
+    assert _rows(orders) == expected
+    assert _rows(lake / "_rejected", ("value", "topic")) == rejected
+    assert _rows(lake / "_commits", ("commit_id",)) == [(commit_id,)]
+    for name in ("SHOP/ORDERS", "_commits", "_rejected", "_writer_state"):
+        twice = [k for k, n in _txn_counts(lake / name).items() if n > 1]
+        assert twice == [], f"{name}: applied twice"
+    assert len(_apps_on(spark_cluster, "lakehouse-writer")) == len(apps) + 1
+
+
+def test_lakehouse_writer_run_with_a_cluster_master_ships_its_jars(
+    spark_cluster, connector_jars, kafka_bootstrap, new_topic, tmp_path
+):
+    topic, schemas = new_topic(), new_topic(suffix="_schemas")
+    schema = sample_schema()
+    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    rows = [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + 1} for i in range(5)
+    ]
+    produce_transaction(kafka_bootstrap, topic, schema, rows)
+    lake, ckpt, log = tmp_path / "lake", tmp_path / "ckpt", tmp_path / "writer.log"
+    argv = [
+        str(Path(sys.executable).parent / "lakehouse-writer"),
+        "run",
+        "--master",
+        spark_cluster.url,
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--lakehouse",
+        str(lake),
+        "--checkpoint",
+        str(ckpt),
+        "--once",
+        "--topics",
+        topic,
+        "--bootstrap-servers",
+        kafka_bootstrap,
+    ]
+    _run(argv, submit_env(LAKEHOUSE_SCHEMAS_TOPIC=schemas, LAKEHOUSE_SMALL_MERGE_ROWS="0"), log)
+
+    assert _rows(lake / "SHOP" / "ORDERS", ("ID", "NAME")) == [(i, f"n{i}") for i in range(5)]
+    text = log.read_text(errors="replace")
+    assert f"spark session master={spark_cluster.url}" in text
+    app = _apps_on(spark_cluster, "lakehouse-writer")[-1]
+    fetched = [
+        log_file.read_text(errors="replace")
+        for worker in range(len(spark_cluster.workers))
+        for log_file in spark_cluster.executor_logs(worker)
+        if log_file.parent.parent.name == app["id"]
+    ]
+    shipped = [Path(j).name for j in connector_jars]
+    assert fetched and all(any(name in f for f in fetched) for name in shipped), (
+        "the executors did not fetch the connector jars from the driver"
+    )
