@@ -28,9 +28,9 @@ initial load, which reads the table as of a version and stores that version as t
 delta-rs 1.6.6 reads the feed of tables with deletion vectors, but not of tables with column
 mapping or a widened column (``typeWidening``): :func:`load_changes` raises a
 :class:`~producer_lib.errors.SourceError` naming the table and the refused feature. Its
-deletes are wrong for one kind of commit (a file with a deletion vector removed whole, no
-change data file: it reports the rows deleted *before*); those deletes are read with DuckDB's
-delta extension instead (see ``_fix_vector_removes``).
+rows are wrong for commits that change deletion vectors without change data files (a DELETE
+with deletion vectors on); the rows of those commits are read with DuckDB's delta extension
+instead (see ``_fix_vector_commits``).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def read_changes(
             version=since,
         ) from exc
     changes = _normalise(changes)
-    return _fix_vector_removes(location, name, changes, since, until), until
+    return _fix_vector_commits(location, name, changes, since, until), until
 
 
 async def load_changes(
@@ -292,21 +292,22 @@ def _normalise(changes: pa.Table) -> pa.Table:
     return changes.cast(pa.schema(fields))
 
 
-def _fix_vector_removes(
+def _fix_vector_commits(
     location: str, name: str, changes: pa.Table, since: int, until: int
 ) -> pa.Table:
-    """Replace delta-rs' deletes of whole files that carried a deletion vector.
+    """Replace delta-rs' rows of commits that changed deletion vectors without change files.
 
-    A commit without change data files that removes a file with a deletion vector (a DELETE
-    of the rows a file still held) deleted the file's rows *not* in the vector. delta-rs
-    1.6.6 reports the rows *in* it (the ones deleted before). Those deletes are read here
-    instead with DuckDB's delta extension: the removed files' rows as of the version before.
-    Local tables only (the log is read from disk).
+    Such a commit (a DELETE with deletion vectors on: a file removed whole, or re-added with a
+    larger vector) says what it deleted only through the vectors. delta-rs 1.6.6 gets those
+    rows wrong (it reports the rows deleted *before*, and every row of a re-added file). They
+    are read here instead with DuckDB's delta extension, which applies deletion vectors: the
+    rows of the touched files as of the version before, less those as of the commit, are its
+    deletes; the other way round its inserts. Local tables only (the log is read from disk).
     """
     if "://" in location:
         return changes
-    fixes = [v for v in range(since + 1, until + 1) if _vector_removes(location, v)]
-    if not fixes:
+    commits = {v: c for v in range(since + 1, until + 1) if (c := _vector_commit(location, v))}
+    if not commits:
         return changes
     import duckdb
     import pyarrow.compute as pc
@@ -314,70 +315,78 @@ def _fix_vector_removes(
     from producer_lib.staging import load_packaged_extension
 
     data_columns = [c for c in changes.column_names if c not in CHANGE_COLUMNS]
-    keep = pc.invert(
-        pc.and_(
-            pc.is_in(changes["_commit_version"], pa.array(fixes, pa.int64())),
-            pc.equal(changes["_change_type"], "delete"),
-        )
-    )
-    parts = [changes.filter(keep)]
+    fixed = pa.array(list(commits), pa.int64())
+    parts = [changes.filter(pc.invert(pc.is_in(changes["_commit_version"], fixed)))]
     connection = duckdb.connect()
     try:
         load_packaged_extension(connection, "delta")
-        for version in fixes:
-            files, stamp = _vector_removes(location, version)
-            parts.append(
-                _deleted_rows(connection, location, version, files, stamp, data_columns)
-                .select(changes.column_names)
-                .cast(changes.schema)
-            )
+        for version, (files, stamp) in commits.items():
+            rows = _vector_rows(connection, location, version, files, stamp, data_columns)
+            parts.append(rows.select(changes.column_names).cast(changes.schema))
     except Exception as exc:
         if _GONE.search(str(exc)):
             raise _expired(name, since, exc) from exc
         raise SourceError(
-            f"cannot read the rows deleted from Delta table {name}: {exc}", table=name
+            f"cannot read the rows a commit of Delta table {name} deleted: {exc}",
+            table=name,
+            version=since,
         ) from exc
     finally:
         connection.close()
     return pa.concat_tables(parts).sort_by("_commit_version")
 
 
-def _vector_removes(location: str, version: int) -> tuple[list[str], int] | None:
-    """Files removed with a deletion vector by a commit without change data files.
+def _vector_commit(location: str, version: int) -> tuple[list[str], int] | None:
+    """The files a commit without change data files changed, when a deletion vector is in it.
 
     Returns:
-        (their paths, the commit time in ms), or None for any other commit.
+        (the paths of the files it added or removed, its commit time in ms), or None for
+        any other commit (delta-rs reads those right).
     """
     import json
 
     entry = Path(location) / "_delta_log" / f"{version:020d}.json"
-    files, stamp, cdc = [], 0, False
+    files: list[str] = []
+    stamp, cdc, vectors = 0, False, False
     for line in entry.read_text().splitlines():
         action = json.loads(line) if line.strip() else {}
         info = action.get("commitInfo")
         if info:
             stamp = info.get("inCommitTimestamp") or info.get("timestamp") or 0
         cdc = cdc or "cdc" in action
-        remove = action.get("remove")
-        if remove and remove.get("dataChange") and remove.get("deletionVector"):
-            files.append(remove["path"])
-    return (files, stamp) if files and not cdc else None
+        for kind in ("add", "remove"):
+            change = action.get(kind)
+            if change and change.get("dataChange"):
+                files.append(change["path"])
+                vectors = vectors or bool(change.get("deletionVector"))
+    return (sorted(set(files)), stamp) if vectors and not cdc else None
 
 
-def _deleted_rows(
+def _vector_rows(
     connection: Any, location: str, version: int, files: list[str], stamp: int, columns: list[str]
 ) -> pa.Table:
-    """The rows of ``files`` as of ``version - 1`` (deletion vectors applied), as deletes."""
+    """Deletes and inserts of a commit: its files' live rows before and after, compared."""
     from urllib.parse import unquote
 
     wanted = [str(Path(location) / unquote(f)) for f in files]
     projection = ", ".join(_ident(c) for c in columns)
+
+    def rows(at: int) -> str:
+        return (
+            f"SELECT {projection} FROM delta_scan($location, version := {at}, filename := true) "
+            "WHERE filename IN $files"
+        )
+
+    sql = f"""
+        SELECT *, 'delete' AS _change_type FROM ({rows(version - 1)} EXCEPT ALL {rows(version)})
+        UNION ALL
+        SELECT *, 'insert' AS _change_type FROM ({rows(version)} EXCEPT ALL {rows(version - 1)})
+    """
     sql = (
-        f"SELECT {projection}, 'delete' AS _change_type, ?::BIGINT AS _commit_version, "
-        "make_timestamptz(?::BIGINT * 1000) AS _commit_timestamp "
-        "FROM delta_scan(?, version := ?, filename := true) WHERE filename IN ?"
+        f"SELECT *, $version::BIGINT AS _commit_version, "
+        f"make_timestamptz($stamp::BIGINT * 1000) AS _commit_timestamp FROM ({sql})"
     )
-    params = [version, stamp, location, version - 1, wanted]
+    params = {"location": location, "files": wanted, "version": version, "stamp": stamp}
     return connection.execute(sql, params).fetch_arrow_table()
 
 

@@ -160,3 +160,15 @@ def test_no_delta_table_is_an_error_naming_it(tmp_path):
     reader = DuckDBReader(connection=duckdb.connect())
     with pytest.raises(SourceError, match="Cannot open Delta table orders"):
         _staged(reader, 0, tmp_path / "missing")
+
+
+def test_a_delete_that_only_grows_a_deletion_vector_is_read_right(table, spark):
+    """A DELETE of some rows of a file (deletion vectors on) writes no change data file."""
+    spark.sql(f"INSERT INTO delta.`{table}` SELECT id, concat('n', id) FROM range(10, 13)")
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE id = 11")  # version 6: 10 and 12 stay
+    reader = DuckDBReader(connection=duckdb.connect())
+    _staged(reader, 5, table)
+    rows = reader.connection.execute(
+        "SELECT _commit_version, _change_type, id, name FROM orders_changes"
+    ).fetchall()
+    assert rows == [(6, "delete", 11, "n11")]
