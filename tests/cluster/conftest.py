@@ -30,15 +30,9 @@ from lakehouse_writer import jars
 from tests.support.ports import free_port_pair
 
 VENV_BIN = Path(sys.executable).parent
-CLUSTER_MARKER = "cluster: starts a Spark standalone cluster (master + 2 workers) on loopback"
 # The driver file of docs/CLUSTER.md: spark-submit runs a Python file, not a module.
 WRITER_MAIN = "from lakehouse_writer.cli import run_command\n\nrun_command()\n"
 WORKERS, WORKER_MEMORY = 2, "1536m"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``cluster`` marker (pyproject.toml's list is the lead's to extend)."""
-    config.addinivalue_line("markers", CLUSTER_MARKER)
 
 
 @dataclass
