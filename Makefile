@@ -8,13 +8,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install jars postgres test test-fast test-slow demo bench lint up down clean
+.PHONY: help install jars postgres test test-fast test-slow demo bench soak lint up down clean
 
 help:
 	@echo "make demo       run the demo pipeline end to end (sets everything up)"
 	@echo "make test       run the whole test suite (sets everything up)"
 	@echo "make test-fast  everything but the tests marked slow"
 	@echo "make bench      run the benchmarks in bench/ (each prints a RESULT line)"
+	@echo "make soak       10 minutes of small transactions against a running writer"
 	@echo "make up|down    start/stop the local Kafka broker (devstack)"
 	@echo "make lint       ruff format --check, ruff check, mypy"
 
@@ -51,8 +52,13 @@ test-slow: jars postgres
 demo: jars
 	$(BIN)/python -m flows.demo
 
+# The soak is not a benchmark of a step: `make soak` runs it (10 minutes).
 bench: jars
-	@set -e; for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+	@set -e; for b in bench/*.py; do \
+		[ "$$b" = bench/soak.py ] && continue; echo "== $$b"; $(BIN)/python $$b; done
+
+soak: jars
+	$(BIN)/python bench/soak.py --minutes 10
 
 # Formatting, lint and types; every check runs, the target fails if any did. Not part of `test`.
 lint: $(STAMP)
