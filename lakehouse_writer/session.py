@@ -87,6 +87,7 @@ def build_spark_session(
     master: str | None = DEFAULT_MASTER,
     jars: Sequence[str] | None = None,
     conf: Mapping[str, str] | None = None,
+    ui: bool = False,
 ) -> SparkSession:
     """Return a classic SparkSession with Delta Lake, Kafka and Avro support.
 
@@ -99,6 +100,8 @@ def build_spark_session(
             (:func:`lakehouse_writer.jars.local_jars`; a cluster gets them from the driver);
             pass ``[]`` when the cluster provides them.
         conf: Extra Spark settings; they win over the defaults here.
+        ui: Serve Spark's web UI (a long-lived writer: its jobs, stages and streaming query
+            can be watched); a local master leaves it off otherwise.
 
     Raises:
         SparkConnectUnsupported: Spark Connect is asked for (``SPARK_REMOTE``, ``spark.remote``).
@@ -107,19 +110,35 @@ def build_spark_session(
 
     refuse_spark_connect(conf)
     builder = SparkSession.builder.appName(app_name)
-    settings = dict(_DELTA)
     if master is not None:
         builder = builder.master(master)
-        if master.startswith("local"):
-            settings.update(_LOCAL_DEFAULTS)
         if jars is None:
             jars = _driver_jars(conf or {})
+    for key, value in session_settings(master, jars, conf, ui).items():
+        builder = builder.config(key, value)
+    return require_classic(builder.getOrCreate())
+
+
+def session_settings(
+    master: str | None,
+    jars: Sequence[str] | None = None,
+    conf: Mapping[str, str] | None = None,
+    ui: bool = False,
+) -> dict[str, str]:
+    """The settings :func:`build_spark_session` gives its session.
+
+    Delta's; a local master's small-machine defaults; the jars; the UI when asked for; then
+    ``conf`` over them all.
+    """
+    settings = dict(_DELTA)
+    if master is not None and master.startswith("local"):
+        settings.update(_LOCAL_DEFAULTS)
+    if ui:
+        settings["spark.ui.enabled"] = "true"
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return require_classic(builder.getOrCreate())
+    return settings
 
 
 def _driver_jars(conf: Mapping[str, str]) -> list[str]:
