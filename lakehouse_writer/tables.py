@@ -369,6 +369,9 @@ def _is_delta(spark: SparkSession, path: str) -> bool:
 def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vectors: bool) -> None:
     from delta.tables import DeltaTable
 
+    from lakehouse_writer.unborn import clear_unborn_log
+
+    clear_unborn_log(spark, path)  # a creation killed before its first commit blocks Delta
     builder = DeltaTable.createIfNotExists(spark).location(path)
     if schema.doc:
         builder = builder.comment(schema.doc)
