@@ -22,7 +22,9 @@ updated 10 and deleted 2 in each. ``steps_*``: the writer's own seconds per step
     updating 10 rows in each of 10 tables drawn at random, while a continuous writer (1 s
     trigger, the checkpoint of (b)) runs. ``latency_p50_s``/``latency_p99_s``: from the
     producer's commit to the commit's row in ``_commits`` (written once all its rows are
-    applied), polled every 0.2 s or less.
+    applied), polled every 0.2 s or less. A commit still not visible 120 s after the stream
+    ends counts with the time it waited (``latency_not_visible`` says how many: the
+    percentiles are then lower bounds).
 
 ``--event-log DIR`` keeps Spark's event log there (which jobs a table's apply runs). The
 broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker. Figures go to
@@ -204,19 +206,16 @@ def phase_latency(
         thread.join(LATENCY_TIMEOUT_S)
     if failure:
         raise RuntimeError("phase latency: the writer failed") from failure[0]
-    missing = set(committed) - set(seen.seen)
-    if missing:
-        raise RuntimeError(
-            f"phase latency: {len(missing)} of {len(committed)} commits not "
-            f"visible within {LATENCY_TIMEOUT_S} s"
-        )
-    latency = sorted(seen.seen[c] - t for c, t in committed.items())
+    # A commit not visible by the end counts with the time it had waited: a lower bound.
+    ended = time.monotonic()
+    latency = sorted(seen.seen.get(c, ended) - t for c, t in committed.items())
     p50, p99 = (latency[min(len(latency) - 1, int(q * len(latency)))] for q in (0.5, 0.99))
     return {
         "latency_p50_s": round(p50, 2),
         "latency_p99_s": round(p99, 2),
         "latency_max_s": round(latency[-1], 2),
         "latency_commits": len(latency),
+        "latency_not_visible": len(set(committed) - set(seen.seen)),
     }
 
 
