@@ -226,8 +226,11 @@ def start_session(args: argparse.Namespace) -> SparkSession:
     from lakehouse_writer.session import build_spark_session, check_connectors, resolve_master
 
     master = resolve_master(args.master)
-    spark = build_spark_session(master=master, jars=args.jars, conf=dict(args.conf))
-    log.info("spark session master=%s", spark.sparkContext.master)
+    continuous = args.command == "run" and not getattr(args, "once", False)  # watchable: UI on
+    spark = build_spark_session(master=master, jars=args.jars, conf=dict(args.conf), ui=continuous)
+    log.info(
+        "spark session master=%s ui=%s", spark.sparkContext.master, spark.sparkContext.uiWebUrl
+    )
     check_connectors(spark)
     return spark
 
