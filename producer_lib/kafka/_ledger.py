@@ -39,6 +39,8 @@ class TransactionLedger:
         tables: Rows per ``(topic, table)``.
         partitions: Stats per ``(topic, partition)``.
         failures: Delivery errors seen so far, as text.
+        purged: How many of them only say librdkafka purged the message, because the
+            transaction itself failed.
         system_records: Records of system topics (``_execution_log``, ``_lineage``...).
         truncated: Text values cut to their declared length (an opt-in), per table and
             column; filled just before the commit.
@@ -49,6 +51,7 @@ class TransactionLedger:
     tables: dict[tuple[str, str], int] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionStats] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    purged: int = 0
     truncated: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def count(self, topic: str, table: str, rows_per_partition: dict[int, int]) -> None:
@@ -62,6 +65,7 @@ class TransactionLedger:
         """Delivery report of a marked message: widen its partition's offset range."""
         if err is not None:
             self.failures.append(self._failure_text(err, msg))
+            self.purged += err.code() == KafkaError._PURGE_QUEUE
             return
         stats = self.partitions.setdefault((msg.topic(), msg.partition()), PartitionStats())
         offset = msg.offset()
@@ -80,12 +84,22 @@ class TransactionLedger:
             )
         return f"{where}: {err}"
 
-    def check(self) -> None:
+    def check(self, transaction_error: str = "") -> None:
         """Raise when a message failed or a partition lacks its offsets (after a flush).
+
+        Args:
+            transaction_error: Why librdkafka failed the transaction, if it did (its
+                ``TXNERR`` text): the cause to name when the messages were only purged.
 
         Raises:
             ProduceError: Delivery failed; the transaction must be aborted.
         """
+        if self.failures and transaction_error and self.purged == len(self.failures):
+            raise ProduceError(
+                f"the transaction failed ({transaction_error}), so its {len(self.failures)} "
+                f"queued message(s) were purged, the first: {self.failures[0]}; the "
+                "transaction was aborted",
+            )
         if self.failures:
             raise ProduceError(
                 f"{len(self.failures)} message(s) failed: {self.failures[0]}; "

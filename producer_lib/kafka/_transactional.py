@@ -26,6 +26,7 @@ from producer_lib.kafka._ledger import CommitHook, PendingCommit, TransactionLed
 from producer_lib.kafka.config import producer_config
 from producer_lib.kafka.topics import COMMITS_TOPIC, COMPACTED, ensure_topic
 from producer_lib.kafka.transactions import (
+    LibrdkafkaLog,
     TransactionFailed,
     call_transactional,
     start_transactional,
@@ -82,6 +83,7 @@ class TransactionalProducer:
         self._system_topics: set[str] = set()
         self._holds = 0  # detached runs using the producer: see hold()
         self._deferred_exit: tuple[Any, ...] | None = None
+        self._librdkafka_log: LibrdkafkaLog | None = None  # names why a transaction failed
 
     @property
     def settings(self) -> KafkaSettings:
@@ -123,6 +125,7 @@ class TransactionalProducer:
                 producer=self.transactional_id,
             )
         conf = producer_config(self._settings, self.transactional_id)
+        self._librdkafka_log = conf["logger"]
         self._max_message_bytes = int(conf.get("message.max.bytes", MESSAGE_MAX_BYTES))
         timeout = self._settings.connect_timeout_s
         kafka = start_transactional(conf, timeout, bootstrap=self._settings.bootstrap_servers)
@@ -257,6 +260,8 @@ class TransactionalProducer:
         kafka = self._usable()
         if self._ledger is None:
             self._run_txn("begin_transaction", kafka.begin_transaction)
+            if self._librdkafka_log is not None:
+                self._librdkafka_log.transaction_error = ""
             now = time.time_ns() // 1000
             self._ledger = TransactionLedger(max(now, self._last_time + 1))
             self._last_time = self._ledger.transaction_time
@@ -333,7 +338,7 @@ class TransactionalProducer:
                 raise ProduceError(
                     f"{remaining} message(s) not delivered in time", producer=self.transactional_id
                 )
-            ledger.check()
+            ledger.check(self._librdkafka_log.transaction_error if self._librdkafka_log else "")
             ledger.truncated = self._take_truncations()
             pending = PendingCommit(commit_id, ledger)
             for hook in list(self._commit_hooks):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from producer_lib.kafka.transactions import LibrdkafkaLog
 from producer_lib.settings import KafkaSettings
 
 __all__ = ["PRODUCER_DEFAULTS", "producer_config"]
@@ -23,12 +24,14 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 def producer_config(settings: KafkaSettings, transactional_id: str) -> dict[str, Any]:
     """Defaults, then the settings (their ``overrides`` win), then the transactional id.
 
-    librdkafka's own log lines go to the ``producer_lib.kafka.librdkafka`` logger.
+    librdkafka's own log lines go to the ``producer_lib.kafka.librdkafka`` logger, through
+    a :class:`~producer_lib.kafka.transactions.LibrdkafkaLog` that keeps the latest
+    transaction error.
     """
     return {
         **PRODUCER_DEFAULTS,
         "transaction.timeout.ms": settings.transaction_timeout_ms,
-        "logger": logging.getLogger("producer_lib.kafka.librdkafka"),
+        "logger": LibrdkafkaLog(logging.getLogger("producer_lib.kafka.librdkafka")),
         **settings.to_librdkafka(),
         "transactional.id": transactional_id,
     }

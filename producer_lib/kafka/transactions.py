@@ -28,6 +28,7 @@ __all__ = [
     "ClientErrors",
     "ConnectionRefused",
     "ErrorKind",
+    "LibrdkafkaLog",
     "StartupCause",
     "TransactionFailed",
     "call_transactional",
@@ -222,8 +223,28 @@ class ClientErrors:
         return ""
 
 
+class LibrdkafkaLog:
+    """librdkafka's ``logger``: passes every line on and keeps the latest transaction error.
+
+    When the broker fails a transaction (an ACL refusing a topic once the first message is
+    queued, say), librdkafka purges the transaction's queued messages: their delivery
+    reports only say ``_PURGE_QUEUE``. The cause is in librdkafka's ``TXNERR`` log line,
+    which this keeps so the error a flow sees can name it.
+    """
+
+    def __init__(self, target: logging.Logger) -> None:
+        self.target = target
+        self.transaction_error = ""
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        """One librdkafka line: ``fmt`` is ``"%s [%s] %s"`` of facility, client and text."""
+        if len(args) == 3 and args[0] == "TXNERR":
+            self.transaction_error = str(args[2]).split("]: ", 1)[-1]  # drop "[thrd:main]: "
+        self.target.log(level, fmt, *args, stacklevel=2)
+
+
 class ConnectionRefused(ProduceError):
-    """The cluster refused the client: authentication, TLS or the security protocol.
+    """The cluster refused the client: authentication, TLS, protocol or transactional id ACL.
 
     Not transient: running again with the same settings fails the same way.
     """
@@ -233,8 +254,9 @@ def start_transactional(conf: dict[str, Any], timeout_s: float, *, bootstrap: st
     """A producer with ``conf`` whose ``init_transactions`` succeeded (fencing older ones).
 
     Raises:
-        ConnectionRefused: Authentication failed, TLS failed, or the security protocol does
-            not match the listener (from librdkafka's errors meanwhile).
+        ConnectionRefused: Authentication failed, TLS failed, the security protocol does
+            not match the listener (from librdkafka's errors meanwhile), or an ACL refuses
+            the transactional id.
         KafkaUnavailable: The cluster did not answer within ``timeout_s`` or refused.
     """
     errors = ClientErrors()
@@ -248,8 +270,20 @@ def start_transactional(conf: dict[str, Any], timeout_s: float, *, bootstrap: st
             producer=transactional_id,
         )
     except TransactionFailed as exc:
-        kafka.poll(0)  # serve the error callbacks queued meanwhile
+        try:
+            _calling(lambda: kafka.poll(0))  # serve the error callbacks queued meanwhile
+        except KafkaException:
+            pass  # poll raises the fatal error init_transactions has just reported
         kafka.purge()
+        if exc.code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise ConnectionRefused(
+                f"the cluster refused transactional id {transactional_id!r} ({exc.message}); "
+                "grant the principal WRITE and DESCRIBE on it, usually as a prefixed "
+                "TRANSACTIONAL_ID ACL of the flow",
+                bootstrap_servers=bootstrap,
+                sasl_username=conf.get("sasl.username") or conf.get("sasl.oauthbearer.client.id"),
+                producer=transactional_id,
+            ) from exc
         cause = classify_startup_errors(errors.errors)
         if cause in ("authentication", "tls", "security_protocol"):
             raise _refused(cause, errors.last(cause), conf, transactional_id) from exc

@@ -188,16 +188,9 @@ class _Trespasser(FunctionRunner):
         raise NotImplementedError
 
 
-_CAUSE_LOST = pytest.mark.xfail(
-    strict=True,
-    reason="producer_lib reports the purged messages (_PURGE_QUEUE), not the transaction's "
-    "TOPIC_AUTHORIZATION_FAILED that purged them (see the report of issue 22)",
-)
-
-
 @pytest.mark.parametrize(
     "may_describe",
-    [False, pytest.param(True, marks=_CAUSE_LOST)],
+    [False, True],
     ids=["no-acl", "describe-only"],
 )
 def test_a_flow_writing_a_topic_without_acl_fails_and_publishes_nothing(
@@ -266,11 +259,6 @@ def test_a_flow_cannot_use_another_flows_transactional_id(flow):
     assert "Transactional Id authorization failed" in str(refused.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="producer_lib start_transactional lets poll() raise the raw fatal KafkaException "
-    "(see the report of issue 22): no ProduceError naming the producer",
-)
 def test_another_flows_transactional_id_is_refused_with_a_produce_error(flow):
     other = KafkaProducer("T", "another_flow", "bronze", "dev", flow.settings())
     with pytest.raises(ProduceError, match="dev.bronze.another_flow.0"):

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from producer_lib.errors import ProduceError
 from producer_lib.kafka import transactions
-from producer_lib.kafka.transactions import TransactionFailed, call_transactional, classify
+from producer_lib.kafka._ledger import TransactionLedger
+from producer_lib.kafka.transactions import (
+    LibrdkafkaLog,
+    TransactionFailed,
+    call_transactional,
+    classify,
+)
 
 
 def _error(**flags) -> KafkaError:
@@ -62,3 +70,58 @@ def test_failures_carry_their_kind(monkeypatch, flags, kind, calls):
     assert isinstance(info.value, ProduceError)
     assert info.value.kind == kind and info.value.producer == "p"
     assert len(made) == calls
+
+
+class _Lines(logging.Logger):
+    def __init__(self) -> None:
+        super().__init__("lines")
+        self.lines: list[str] = []
+
+    def log(self, level, msg, *args, **kwargs):  # type: ignore[override]
+        self.lines.append(msg % args)
+
+
+def test_librdkafka_log_keeps_the_transaction_error_and_passes_every_line_on():
+    target = _Lines()
+    watch = LibrdkafkaLog(target)
+    text = "[thrd:main]: Current transaction failed: Broker: Topic authorization failed"
+    watch.log(logging.INFO, "%s [%s] %s", "BROKER", "rdkafka#producer-1", "[thrd:app]: up")
+    assert watch.transaction_error == ""
+    watch.log(logging.ERROR, "%s [%s] %s", "TXNERR", "rdkafka#producer-1", text)
+    assert (
+        watch.transaction_error == "Current transaction failed: Broker: Topic authorization failed"
+    )
+    assert target.lines == [
+        "BROKER [rdkafka#producer-1] [thrd:app]: up",
+        f"TXNERR [rdkafka#producer-1] {text}",
+    ]
+
+
+class _Message:
+    def topic(self) -> str:
+        return "orders"
+
+    def partition(self) -> int:
+        return 0
+
+
+def _failed_ledger(*codes: int) -> TransactionLedger:
+    ledger = TransactionLedger(transaction_time=1)
+    ledger.count("orders", "ERP.ORDERS", {0: len(codes)})
+    for code in codes:
+        ledger.on_delivery(KafkaError(code), _Message())  # type: ignore[arg-type]
+    return ledger
+
+
+def test_purged_messages_are_reported_with_the_transaction_error_that_purged_them():
+    ledger = _failed_ledger(KafkaError._PURGE_QUEUE, KafkaError._PURGE_QUEUE)
+    with pytest.raises(ProduceError, match=r"transaction failed \(Topic authorization failed\)"):
+        ledger.check("Topic authorization failed")
+    with pytest.raises(ProduceError, match="2 message.s. failed: topic=orders"):
+        ledger.check("")  # no cause known: the delivery errors themselves
+
+
+def test_a_message_failing_on_its_own_is_reported_as_such():
+    ledger = _failed_ledger(KafkaError._PURGE_QUEUE, KafkaError.MSG_SIZE_TOO_LARGE)
+    with pytest.raises(ProduceError, match="2 message.s. failed: topic=orders"):
+        ledger.check("Topic authorization failed")
