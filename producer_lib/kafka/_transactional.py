@@ -29,6 +29,7 @@ from producer_lib.kafka.transactions import (
     LibrdkafkaLog,
     TransactionFailed,
     call_transactional,
+    is_fenced,
     start_transactional,
 )
 from producer_lib.settings import KafkaSettings
@@ -84,6 +85,8 @@ class TransactionalProducer:
         self._holds = 0  # detached runs using the producer: see hold()
         self._deferred_exit: tuple[Any, ...] | None = None
         self._librdkafka_log: LibrdkafkaLog | None = None  # names why a transaction failed
+        self._instance = instance
+        self.timed_out = False  # the broker aborted a transaction that was open too long
 
     @property
     def settings(self) -> KafkaSettings:
@@ -110,6 +113,24 @@ class TransactionalProducer:
             )
         environment, zone = self._environment_zone
         self.transactional_id = f"{environment}.{zone}.{self.function_name}.{instance}"
+        self._instance = instance
+
+    def successor(self) -> Self:
+        """A new producer with this one's transactional id and settings, not started.
+
+        For a producer broken by a transaction timeout (:attr:`timed_out`): no other
+        instance fenced it, so a successor fences nobody.
+        """
+        environment, zone = self._environment_zone
+        return type(self)(
+            self.source_system,
+            self.function_name,
+            zone,
+            environment,
+            self._settings,
+            self._log,
+            instance=self._instance,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -406,10 +427,38 @@ class TransactionalProducer:
         try:
             yield
         except BaseException as exc:
+            timed_out = self._timed_out(exc)
+            error = timed_out or exc
             if self._failure is None and self._state == "open" and self._lost_records():
-                self._failure = _Failure(exc, context)
-            self._abort(f"{type(exc).__name__}: {exc}")
+                self._failure = _Failure(error, context)
+            self._abort(f"{type(error).__name__}: {error}")
+            if timed_out is not None:
+                self._state, self._broken_reason = "broken", timed_out.message
+                self.timed_out = True
+                raise timed_out from exc
             raise
+
+    def _timed_out(self, exc: BaseException) -> ProduceError | None:
+        """The error to raise when ``exc`` is the broker aborting a transaction open too long.
+
+        The coordinator aborts a transaction older than ``transaction.timeout.ms`` and bumps
+        the producer's epoch: librdkafka then reports the producer as fenced "by a newer
+        instance", which is not what happened when no other instance runs.
+        """
+        ledger, limit_ms = self._ledger, self._settings.transaction_timeout_ms
+        if ledger is None or not is_fenced(exc):
+            return None
+        open_ms = (time.time_ns() // 1000 - ledger.transaction_time) / 1000
+        if open_ms < limit_ms:
+            return None
+        return ProduceError(
+            f"the transaction was open {open_ms / 1000:.0f} s, longer than its timeout "
+            f"(KAFKA_TRANSACTION_TIMEOUT_MS={limit_ms}), so the broker aborted it: nothing "
+            "of it is visible. Raise KAFKA_TRANSACTION_TIMEOUT_MS (up to the broker's "
+            "transaction.max.timeout.ms, 15 min by default) or make the load faster",
+            producer=self.transactional_id,
+            rows=ledger.rows,
+        )
 
     def _lost_records(self) -> bool:
         """True when the open transaction holds records an abort would lose."""

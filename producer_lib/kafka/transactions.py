@@ -34,6 +34,7 @@ __all__ = [
     "call_transactional",
     "classify",
     "classify_startup_errors",
+    "is_fenced",
     "start_transactional",
 ]
 
@@ -128,6 +129,19 @@ def call_transactional(
             failed.code = error.code() if error is not None else None
             raise failed from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """True when ``exc``, or an exception it was raised from, says the producer was fenced."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TransactionFailed) and seen.fenced:
+            return True
+        error = _kafka_error(seen)
+        if error is not None and error.code() in _FENCED_CODES:
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _calling(call: Callable[[], T]) -> T:

@@ -357,8 +357,12 @@ class FunctionRunner:
 
         The error that failed the run is often Kafka being away (a delivery timeout): the
         first attempt then fails too, while a broker that is back a few seconds later takes
-        the record. Fenced or broken producers are not retried: that record cannot go.
+        the record. Fenced or broken producers are not retried: that record cannot go,
+        except after a transaction timeout, which fenced nobody: a successor writes it.
         """
+        if producer.timed_out:
+            with producer.successor() as successor:
+                return await self._log_failed(successor, run, error)
         deadline = time.monotonic() + producer.settings.connect_timeout_s
         while True:
             try:
