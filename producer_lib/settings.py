@@ -137,6 +137,8 @@ class KafkaSettings(EnvSettings):
         oauth_scope: OIDC scope, optional.
         topic_partitions: Partitions of topics the producer creates.
         topic_replication_factor: Replicas of created topics; -1 takes the broker default.
+        topic_retention_ms: ``retention.ms`` of data topics the producer creates (-1: keep
+            forever); 7 days by default. The writer must read a row before it expires.
         connect_timeout_s: Bound on reaching the cluster when a producer starts.
         transaction_timeout_ms: Broker-side bound on one transaction (capped by the broker's
             ``transaction.max.timeout.ms``).
@@ -159,6 +161,7 @@ class KafkaSettings(EnvSettings):
     oauth_scope: str | None = None
     topic_partitions: int = Field(default=1, ge=1)
     topic_replication_factor: int = Field(default=-1, ge=-1)
+    topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
     connect_timeout_s: float = Field(default=15.0, gt=0)
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000)
     overrides: dict[str, OverrideValue] = Field(default_factory=dict, repr=False)

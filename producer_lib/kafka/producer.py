@@ -18,6 +18,7 @@ producer). Partitions are computed here with Kafka's Java murmur2 over the frame
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from itertools import chain
 from typing import Any, Self
 
@@ -39,7 +40,7 @@ from producer_lib.kafka._transactional import TransactionalProducer
 from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
 from producer_lib.kafka.partitioner import partitions_for_keys
 from producer_lib.kafka.progress import Progress
-from producer_lib.kafka.topics import ensure_topic
+from producer_lib.kafka.topics import align_topic_config, data_topic_config, ensure_topic
 from producer_lib.schema.row_types import RowType
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 from producer_lib.settings import KafkaSettings
@@ -112,6 +113,9 @@ class KafkaProducer(TransactionalProducer):
         key_schema: KeySchema,
         value_schema: ValueSchema,
         partitions: int | None = None,
+        *,
+        retention: timedelta | int | None = None,
+        cleanup_policy: str | None = None,
     ) -> Target:
         """Create ``topic`` if missing, register its schemas and return the target.
 
@@ -121,22 +125,41 @@ class KafkaProducer(TransactionalProducer):
             key_schema: Key schema (primary key, or transaction time when append-only).
             value_schema: Value schema.
             partitions: Partitions if the topic is created (default: settings).
+            retention: How long the topic keeps a row (``retention.ms``): a timedelta,
+                milliseconds, or -1 for ever. Default: ``KAFKA_TOPIC_RETENTION_MS`` (7 days)
+                for a topic created here; an existing topic keeps its own unless given.
+            cleanup_policy: ``delete`` (the default for a topic created here: a change topic
+                keeps every change until it expires), ``compact,delete`` or ``compact``.
+                Given for an existing topic whose settings differ, the topic is changed
+                (``retention`` too; the flow's user needs ALTER_CONFIGS on it).
 
         Raises:
-            ProduceError: The topic cannot be created or a schema cannot be stored.
+            ProduceError: The topic cannot be created or its configuration changed, or a
+                schema cannot be stored.
             SchemaError: A schema is invalid, or another topic already feeds the same table
                 (``namespace.name``) with a column whose type Delta cannot merge.
+            ValueError: ``retention`` under a minute, or an unknown ``cleanup_policy``.
         """
         self._require_open()
         assert self._admin is not None and self._catalog is not None
+        policy = cleanup_policy or "delete"
+        config = data_topic_config(retention, policy, self._settings.topic_retention_ms)
         self._catalog.check_binding(topic, value_schema, self._log)  # tables go by schema name
         count = ensure_topic(
             self._admin,
             topic,
             partitions or self._settings.topic_partitions,
             replication_factor=self._settings.topic_replication_factor,
+            config=config,
             timeout_s=self._settings.connect_timeout_s,
         )
+        given = {
+            "retention.ms": retention is not None,
+            "cleanup.policy": cleanup_policy is not None,
+        }
+        if any(given.values()):  # an existing topic keeps what the flow does not ask for
+            asked = {k: v for k, v in config.items() if given[k]}
+            align_topic_config(self._admin, topic, asked, self._settings.connect_timeout_s)
         target = build_target(topic, schema_name, key_schema, value_schema, count, self._catalog)
         self._targets[topic] = target
         self._log.info("target added topic=%s table=%s partitions=%d", topic, target.table, count)

@@ -9,10 +9,18 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from producer_lib.errors import ProduceError
 
@@ -24,6 +32,9 @@ __all__ = [
     "LINEAGE_TOPIC",
     "SCHEMAS_TOPIC",
     "SCHEMAS_TOPIC_ENV",
+    "CLEANUP_POLICIES",
+    "align_topic_config",
+    "data_topic_config",
     "ensure_topic",
     "schemas_topic",
 ]
@@ -38,6 +49,10 @@ COMMITS_TOPIC = "_commits"
 EXECUTION_LOG_TOPIC = "_execution_log"
 LINEAGE_TOPIC = "_lineage"
 COMPACTED = {"cleanup.policy": "compact"}  # system topics keyed by what they describe
+# A change topic is a log of changes: "delete" (by age) keeps every change until it expires;
+# "compact" would keep only the latest record per key, so a lagging writer could miss the
+# DELETE between two UPSERTs of a key, or the rows a TRUNCATE applies to.
+CLEANUP_POLICIES = ("delete", "compact,delete", "compact")
 
 
 def schemas_topic() -> str:
@@ -88,6 +103,70 @@ def ensure_topic(
     except Exception as exc:
         raise ProduceError(f"cannot create topic: {exc}", topic=topic) from exc
     return _partition_count(admin, topic, timeout_s) or partitions
+
+
+def data_topic_config(
+    retention: timedelta | int | None, cleanup_policy: str, default_retention_ms: int
+) -> dict[str, str]:
+    """``retention.ms`` and ``cleanup.policy`` of a data topic, checked.
+
+    Args:
+        retention: How long the topic keeps a record: a timedelta, milliseconds, -1 for ever,
+            or None for ``default_retention_ms``.
+        cleanup_policy: One of :data:`CLEANUP_POLICIES`.
+        default_retention_ms: The settings' ``topic_retention_ms``.
+
+    Raises:
+        ValueError: A retention under one minute (other than -1), or an unknown policy.
+    """
+    if isinstance(retention, timedelta):
+        retention = int(retention.total_seconds() * 1000)
+    ms = default_retention_ms if retention is None else retention
+    if isinstance(ms, bool) or not isinstance(ms, int) or (ms != -1 and ms < 60_000):
+        raise ValueError(
+            f"retention must be at least one minute, or -1 to keep records for ever: {retention!r}"
+        )
+    if cleanup_policy not in CLEANUP_POLICIES:
+        raise ValueError(f"cleanup_policy must be one of {', '.join(CLEANUP_POLICIES)}")
+    return {"retention.ms": str(ms), "cleanup.policy": cleanup_policy}
+
+
+def align_topic_config(
+    admin: AdminClient, topic: str, wanted: Mapping[str, str], timeout_s: float = 15.0
+) -> dict[str, str]:
+    """Set the ``wanted`` configuration on an existing topic where it differs.
+
+    Returns:
+        The settings changed, with their new values (empty when all matched).
+
+    Raises:
+        ProduceError: The configuration cannot be read or changed (an ACL without
+            ALTER_CONFIGS on the topic, say); names the topic and the settings.
+    """
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        current = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ProduceError(
+            f"cannot read the topic's configuration: {exc.args[0]}", topic=topic
+        ) from exc
+    changed = {k: v for k, v in wanted.items() if k not in current or current[k].value != v}
+    if not changed:
+        return {}
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changed.items()
+    ]
+    try:
+        admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)]
+        )[resource].result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ProduceError(
+            f"cannot change the topic's configuration ({changed}): {exc.args[0]}",
+            topic=topic,
+        ) from exc
+    log.info("topic configuration changed topic=%s changed=%s", topic, changed)
+    return changed
 
 
 def _partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int | None:
