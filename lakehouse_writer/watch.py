@@ -1,4 +1,4 @@
-"""What watches a running writer: the metrics endpoint and the monitoring consumer group.
+"""What watches a running writer: metrics, the monitoring consumer group, topic retention.
 
 Settings (environment variables; :class:`WatchSettings`):
 
@@ -8,6 +8,9 @@ Settings (environment variables; :class:`WatchSettings`):
 - ``LAKEHOUSE_MONITOR_GROUP``: the consumer group the writer commits its end offsets to,
   for monitoring only (:mod:`lakehouse_writer.monitor`); unset: ``lakehouse-writer-<instance
   id>`` (one per checkpoint; ``lakehouse-writer status`` prints it); ``off``: none.
+
+Always on: :class:`~lakehouse_writer.expiry.ExpiryWatch` warns when rows the writer has not
+read yet have used half of their topic's retention (before Kafka deletes them).
 
 :func:`watching` starts what the settings ask for around a run and stops it after.
 """
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from lakehouse_writer import txn
+from lakehouse_writer.expiry import ExpiryWatch
 from lakehouse_writer.metrics import MetricsServer, WriterMetrics
 from lakehouse_writer.monitor import MonitorGroup, default_group
 from lakehouse_writer.status import StatusObserver, observed
@@ -104,5 +108,6 @@ def watching(
             monitor = MonitorGroup(settings.kafka_client_conf(), group)
             stack.callback(monitor.close)
             observers.append(monitor)
+        observers.append(ExpiryWatch(settings.kafka_client_conf()))
         stack.enter_context(observed(*observers))
         yield metrics

@@ -1,0 +1,67 @@
+"""The writer warns while unread rows near their topic's retention (real broker)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from lakehouse_writer.expiry import ExpiryWatch
+
+pytestmark = pytest.mark.kafka
+
+HOUR_MS = 3_600_000
+
+
+def _topic_with_rows(new_topic, bootstrap: str, retention_ms: int, ages_min: list[int]) -> str:
+    """A topic keeping rows ``retention_ms``, with one row written ``age`` minutes ago each."""
+    topic = new_topic(config={"retention.ms": str(retention_ms)})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    now_ms = int(time.time() * 1000)
+    for age in ages_min:
+        producer.produce(topic, b"row", timestamp=now_ms - age * 60_000)
+    assert producer.flush(15) == 0
+    return topic
+
+
+def test_unread_rows_past_half_their_retention_are_named(kafka_bootstrap, new_topic):
+    topic = _topic_with_rows(new_topic, kafka_bootstrap, HOUR_MS, [50, 40, 1])  # offsets 0, 1, 2
+    watch = ExpiryWatch({"bootstrap.servers": kafka_bootstrap})
+
+    behind = watch.check({(topic, 0): 0})
+    assert [(b.topic, b.partition, b.next_offset, b.retention_ms) for b in behind] == [
+        (topic, 0, 0, HOUR_MS)
+    ]
+    assert watch.check({(topic, 0): 1})  # 40 minutes old: still past half an hour
+    assert watch.check({(topic, 0): 2}) == []  # its oldest unread row is a minute old
+    assert watch.check({(topic, 0): 3}) == []  # caught up
+
+
+def test_every_row_old_and_unread(kafka_bootstrap, new_topic):
+    topic = _topic_with_rows(new_topic, kafka_bootstrap, HOUR_MS, [55, 50])
+    watch = ExpiryWatch({"bootstrap.servers": kafka_bootstrap})
+    assert [b.next_offset for b in watch.check({(topic, 0): 1})] == [1]
+    assert watch.check({(topic, 0): 2}) == []
+
+
+def test_a_topic_kept_for_ever_is_never_behind(kafka_bootstrap, new_topic):
+    topic = _topic_with_rows(new_topic, kafka_bootstrap, -1, [600])
+    assert ExpiryWatch({"bootstrap.servers": kafka_bootstrap}).check({(topic, 0): 0}) == []
+
+
+def test_a_batch_report_leads_to_one_warning_a_minute(kafka_bootstrap, new_topic, caplog):
+    topic = _topic_with_rows(new_topic, kafka_bootstrap, HOUR_MS, [50, 1])
+    watch = ExpiryWatch({"bootstrap.servers": kafka_bootstrap})
+    progress = {"sources": [{"endOffset": json.dumps({topic: {"0": 0}})}]}
+    caplog.set_level(logging.WARNING, logger="lakehouse_writer.expiry")
+
+    watch.on_progress(progress)
+    watch.on_progress(progress)  # within the minute: not checked again
+
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert f"topic={topic} partition=0 next_offset=0" in warnings[0]
+    assert f"retention.ms={HOUR_MS}" in warnings[0]
