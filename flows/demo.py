@@ -2,11 +2,14 @@
 
 1. Start the devstack Kafka broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` points elsewhere).
 2. Generate a TPC-H source system (DuckDB, scale factor ``DEMO_TPCH_SCALE``, default 0.01).
-3. ``tpch`` flow, initial load (8 tables), change the source, ``tpch`` flow, delta load.
-4. ``lakehouse-writer run --once`` applies everything to Delta tables.
-5. Row counts per table and TPC-H Q1 and Q3 on the Delta tables next to the source: equal.
-6. ``lakehouse`` flow (revenue per segment from the Delta tables), writer again, compared
-   with the same SQL on the source.
+3. ``tpch`` flow, initial load (8 tables); ``lakehouse-writer run --once`` applies it to Delta.
+4. ``lakehouse`` flow, initial load: revenue per segment computed from those Delta tables.
+5. Change the source; ``tpch`` flow, delta load; the writer again.
+6. Row counts per table and TPC-H Q1 and Q3 on the Delta tables next to the source: equal.
+7. ``lakehouse`` flow, delta load: it reads the changes of ``orders`` and ``customer`` from
+   their change streams (the Change Data Feed) since its pointer's versions and publishes the
+   segments whose figures moved; the writer again; the Delta table compared with the same
+   SQL on the source.
 
 Exits non-zero if anything disagrees. Stops the broker if it started it.
 """
@@ -76,6 +79,13 @@ def _pipeline(bootstrap: str, work: Path) -> bool:
         lambda: create_source(source, SCALE),
     )
     _show_run(_step("tpch flow: initial load", lambda: asyncio.run(TpchFlow().run("initial"))))
+    _writer(work, bootstrap, run_id)
+    _show_run(
+        _step(
+            "lakehouse flow: initial load, revenue per segment from the Delta tables",
+            lambda: asyncio.run(LakehouseFlow().run("initial")),
+        )
+    )
     changes = _step(
         "change the source: update, add and delete orders",
         lambda: apply_changes(source, updated=200, added=100, deleted=50),
@@ -87,8 +97,8 @@ def _pipeline(bootstrap: str, work: Path) -> bool:
     ok = _compare_queries(source, lake) and ok
     _show_run(
         _step(
-            "lakehouse flow: revenue per segment from the Delta tables",
-            lambda: asyncio.run(LakehouseFlow().run("initial")),
+            "lakehouse flow: delta load from the tables' change streams",
+            lambda: asyncio.run(LakehouseFlow().run("delta")),
         )
     )
     _writer(work, bootstrap, run_id)
