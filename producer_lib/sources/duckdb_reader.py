@@ -4,6 +4,8 @@ Files (``read_csv``/``read_parquet``/``read_json`` or a quoted path), attached d
 Delta tables (``delta_scan('path')``). The SQL runs in the staging database itself. The delta
 extension loads offline from the ``duckdb-extension-delta`` package; without it,
 ``delta_scan('path')`` is read with delta-rs (``deltalake``) into an Arrow dataset instead.
+Paths on Azure (``az://``, ``abfss://``: OneLake, ADLS, Blob) load the ``azure`` extension and
+take their credentials from ``AZURE_STORAGE_*`` (:mod:`producer_lib.staging.azure_storage`).
 
 Example::
 
@@ -30,6 +32,7 @@ from producer_lib.sources.dictionary import (
     source_tables_of,
 )
 from producer_lib.staging import describe, load_packaged_extension, quote_table, row_count
+from producer_lib.staging.azure_storage import AZURE_PATH, AzureStorageSettings, use_azure_storage
 
 _DELTA_SCAN = re.compile(r"delta_scan\s*\(\s*'((?:[^']|'')*)'\s*\)", re.IGNORECASE)
 _views = itertools.count()
@@ -43,6 +46,8 @@ class DuckDBReader(SourceAdapter):
         connection: The staging database; default: DuckDB's default connection.
         use_delta_extension: Read ``delta_scan`` with DuckDB's delta extension (from its PyPI
             package); False, or the package missing, reads Delta tables with delta-rs.
+        azure: Credentials for Azure paths; default: ``AZURE_STORAGE_*``, read at the first
+            SQL that names one.
     """
 
     def __init__(
@@ -51,10 +56,13 @@ class DuckDBReader(SourceAdapter):
         *,
         connection: duckdb.DuckDBPyConnection | None = None,
         use_delta_extension: bool = True,
+        azure: AzureStorageSettings | None = None,
     ) -> None:
         super().__init__(logger, connection=connection)
         self.use_delta_extension = use_delta_extension
         self._delta_views: list[str] = []
+        self._azure = azure
+        self._azure_ready = False
 
     async def close(self) -> None:
         """Drop the Delta views of the delta-rs fallback."""
@@ -64,6 +72,10 @@ class DuckDBReader(SourceAdapter):
         await super().close()
 
     def _prepare_sql(self, sql: str) -> str:
+        if AZURE_PATH.search(sql) and not self._azure_ready:
+            provider = use_azure_storage(self.connection, self._azure)
+            self._azure_ready = True
+            self.logger.info("azure storage ready credential=%s", provider)
         if not _DELTA_SCAN.search(sql):
             return sql
         if self.use_delta_extension:

@@ -43,6 +43,7 @@ OPTIONAL_DISTRIBUTIONS = {
     "httpx2",
     "authlib",
     "duckdb-extension-delta",
+    "duckdb-extension-azure",
     "duckdb-extension-tpch",
 }
 # Public names that need an extra (imported on first use), and which one.
@@ -224,6 +225,7 @@ def test_the_producer_extras_install_their_clients(producer_venv: FlowVenv, tmp_
         "httpx2",
         "authlib",
         "duckdb_extension_delta",
+        "duckdb_extension_azure",
     )
     producer_venv.run("python", "-c", "import " + ", ".join(modules), cwd=tmp_path)
     script = "import producer_lib; print(producer_lib.PostgresReader, producer_lib.RestReader)"
