@@ -85,17 +85,32 @@ class BrokerLayout:
 def properties(layout: BrokerLayout) -> dict[str, str]:
     """Return the broker configuration for ``layout``."""
     controller = layout.port + 1
+    return {**node_properties(layout, 1, controller, f"1@127.0.0.1:{controller}"), **_SINGLE_NODE}
+
+
+def node_properties(
+    layout: BrokerLayout, node_id: int, controller_port: int, voters: str
+) -> dict[str, str]:
+    """The listeners, identity and quorum of one combined broker+controller node.
+
+    Args:
+        layout: The node's folder and client port.
+        node_id: Its ``node.id``.
+        controller_port: Its controller listener's port.
+        voters: ``controller.quorum.voters`` (``id@host:port,...``), the same on every node.
+    """
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{controller}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": (
+            f"PLAINTEXT://127.0.0.1:{layout.port},CONTROLLER://127.0.0.1:{controller_port}"
+        ),
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{layout.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(layout.data),
-        **_SINGLE_NODE,
     }
 
 
@@ -156,16 +171,20 @@ def bootstrap_servers(
             down(layout)
 
 
-def _write_config(layout: BrokerLayout) -> None:
-    text = "".join(f"{k}={v}\n" for k, v in properties(layout).items())
+def _write_config(layout: BrokerLayout, props: dict[str, str] | None = None) -> None:
+    props = props if props is not None else properties(layout)
+    text = "".join(f"{k}={v}\n" for k, v in props.items())
     layout.config.write_text("# written by devstack; edits are overwritten\n" + text)
     (layout.root / "log4j2.properties").write_text(_LOG4J2.format(log=layout.root / "server.log"))
 
 
-def _format_storage(layout: BrokerLayout, java: str, classpath: str) -> None:
+def _format_storage(
+    layout: BrokerLayout, java: str, classpath: str, cluster_id: str | None = None
+) -> None:
+    """Format the node's storage once; every node of one cluster gets the same ``cluster_id``."""
     if (layout.data / "meta.properties").is_file():
         return
-    cluster_id = _cluster_id()
+    cluster_id = cluster_id or _cluster_id()
     cmd = [
         java,
         *_jvm_flags(layout),

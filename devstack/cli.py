@@ -3,13 +3,20 @@
 Usage::
 
     devstack up [--registry]   start the Kafka broker (and the schema registry); idempotent
+    devstack up --brokers 3    start a three-broker cluster (RF 3, min ISR 2) on 19192-19197
+                               (DEVSTACK_CLUSTER_PORT) beside it
     devstack up --secure [--flow FUNCTION[=TOPIC_PREFIX]]...
                                start the secured broker (SASL_SSL, SCRAM, ACLs) beside it and
                                print the settings of its flow and writer users (dev passwords)
-    devstack down [--secure]   stop what devstack started (brokers and registry), nothing else
-    devstack status            say what runs; exit 0 if the broker runs, 3 if not
-    devstack env               print KAFKA_BOOTSTRAP_SERVERS=... and, when the registry runs,
-                               SCHEMA_REGISTRY_URL=... (for `eval $(devstack env)`)
+    devstack down [--secure | --brokers 3]
+                               stop what devstack started (brokers, cluster and registry), or
+                               the secured broker / the cluster only; nothing else
+    devstack status [--brokers 3]
+                               say what runs; exit 0 if the broker (with --brokers 3: every
+                               node of the cluster) runs, 3 if not
+    devstack env [--brokers 3] print KAFKA_BOOTSTRAP_SERVERS=... (of the cluster with
+                               --brokers 3) and, when the registry runs, SCHEMA_REGISTRY_URL=...
+                               (for `eval $(devstack env)`)
     devstack env --secure --user USER
                                the KAFKA_* settings of USER on the secured broker
     devstack jars              resolve the JVM jars with Maven (done by `up` when needed)
@@ -22,7 +29,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from devstack import broker, jars, registry, secure
+from devstack import broker, cluster, jars, registry, secure
 from devstack.errors import DevstackError
 
 EXIT_NOT_RUNNING = 3
@@ -42,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _up(args: argparse.Namespace) -> int:
     if args.secure:
         return _up_secure(args)
+    if args.brokers == cluster.SIZE:
+        return _up_cluster()
     was_running = broker.status() is not None
     layout = broker.up()
     state = "already running" if was_running else "started"
@@ -52,6 +61,23 @@ def _up(args: argparse.Namespace) -> int:
         state = "already running" if was_running else "started"
         print(f"schema registry: {state} at {reg.url} (pid {registry.status()})")
     return 0
+
+
+def _up_cluster() -> int:
+    layout = cluster.ClusterLayout.default()
+    was_running = all(pid is not None for pid in cluster.status(layout).values())
+    cluster.up(layout)
+    state = "already running" if was_running else "started"
+    print(f"kafka cluster: {state} at {layout.bootstrap} (logs {layout.root})")
+    _print_nodes(layout)
+    return 0
+
+
+def _print_nodes(layout: cluster.ClusterLayout) -> None:
+    for node_id, pid in cluster.status(layout).items():
+        node = layout.node(node_id)
+        state = f"running (pid {pid})" if pid else "not running"
+        print(f"kafka cluster node {node_id}: {state} at {node.bootstrap}")
 
 
 def _up_secure(args: argparse.Namespace) -> int:
@@ -97,10 +123,15 @@ def settings_text(layout: secure.SecureLayout, flows: list[secure.FlowGrant]) ->
 
 
 def _down(args: argparse.Namespace) -> int:
+    if args.brokers == cluster.SIZE:
+        print("kafka cluster: stopped" if cluster.down() else "kafka cluster: was not running")
+        return 0
     if secure.down():
         print("kafka (secured): stopped")
     if args.secure:
         return 0
+    if cluster.down():
+        print("kafka cluster: stopped")
     if registry.down():
         print("schema registry: stopped")
     stopped = broker.down()
@@ -127,6 +158,11 @@ def _status(args: argparse.Namespace) -> int:
         )
     if secured_pid is not None:
         print(f"kafka (secured): running at {secured.bootstrap} (pid {secured_pid})")
+    nodes = cluster.status()
+    if args.brokers == cluster.SIZE or any(nodes.values()):
+        _print_nodes(cluster.ClusterLayout.default())
+    if args.brokers == cluster.SIZE:
+        return 0 if all(nodes.values()) else EXIT_NOT_RUNNING
     return EXIT_NOT_RUNNING if pid is None else 0
 
 
@@ -143,7 +179,10 @@ def _env(args: argparse.Namespace) -> int:
         for name, value in secure.env_settings(layout, args.user, passwords[args.user]).items():
             print(f"{name}={value}")
         return 0
-    print(f"KAFKA_BOOTSTRAP_SERVERS={broker.BrokerLayout.default().bootstrap}")
+    if args.brokers == cluster.SIZE:
+        print(f"KAFKA_BOOTSTRAP_SERVERS={cluster.ClusterLayout.default().bootstrap}")
+    else:
+        print(f"KAFKA_BOOTSTRAP_SERVERS={broker.BrokerLayout.default().bootstrap}")
     if registry.status() is not None:
         print(f"SCHEMA_REGISTRY_URL={registry.RegistryLayout.default().url}")
     return 0
@@ -168,6 +207,15 @@ def _parser() -> argparse.ArgumentParser:
     ]:
         cmd = sub.add_parser(name, help=text)
         cmd.set_defaults(func=func)
+        if name in {"up", "down", "status", "env"}:
+            cmd.add_argument(
+                "--brokers",
+                type=int,
+                choices=(1, cluster.SIZE),
+                default=1,
+                help=f"{cluster.SIZE}: the three-broker cluster (ports from "
+                f"{cluster.DEFAULT_BASE_PORT}, DEVSTACK_CLUSTER_PORT); 1: the single broker",
+            )
         if name == "up":
             cmd.add_argument(
                 "--registry",
