@@ -64,6 +64,7 @@ GOVERNANCE_PROPERTIES: dict[str, str] = {
     "dataClassification": "flow.data_classification",
 }
 PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
+CLUSTER_BY_PROPERTY = "flow.cluster_by"  # the schema's clusterBy the table was last laid out by
 STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
 MAX_STATS_COLUMNS = 32  # payload columns with statistics: as many as Delta's default columns
 _STATS_TYPES = frozenset(
@@ -184,6 +185,8 @@ def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict
         if raw.get(key):
             props[prop] = str(raw[key])
     props[PRIMARY_KEYS_PROPERTY] = json.dumps(list(schema.pks))
+    if schema.cluster_columns:
+        props[CLUSTER_BY_PROPERTY] = json.dumps(list(schema.cluster_columns))
     if schema.foreign_keys:
         props["flow.foreign_keys"] = json.dumps([fk.to_json() for fk in schema.foreign_keys])
     if schema.column_classifications:
@@ -381,13 +384,16 @@ def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vector
         )
     for key, value in table_properties(schema, deletion_vectors).items():
         builder = builder.property(key, value)
+    if schema.cluster_columns:
+        builder = builder.clusterBy(*schema.cluster_columns)
     builder.execute()
     log.info(
-        "table created table=%s path=%s keys=%s deletion_vectors=%s",
+        "table created table=%s path=%s keys=%s deletion_vectors=%s cluster_by=%s",
         schema.name,
         path,
         list(schema.pks),
         deletion_vectors,
+        list(schema.cluster_columns),
     )
 
 
@@ -422,6 +428,27 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
             f"ALTER TABLE {target} SET TBLPROPERTIES "
             f"('{STATS_COLUMNS_PROPERTY}' = '{_sql_str(stats)}')"
         )
+    _recluster(spark, target, properties, schema, ref)
+
+
+def _recluster(
+    spark: SparkSession, target: str, properties: dict[str, str], schema: ValueSchema, ref: TableRef
+) -> None:
+    """Change the table's clustering columns when the schema's ``clusterBy`` changed.
+
+    Files already written keep their layout until the next OPTIMIZE (``lakehouse-writer
+    maintain``) clusters them by the new columns; nothing is rewritten here.
+    """
+    wanted = list(schema.cluster_columns)
+    if json.loads(properties.get(CLUSTER_BY_PROPERTY, "[]")) == wanted:
+        return
+    columns = f"({', '.join(_q(c) for c in wanted)})" if wanted else "NONE"
+    spark.sql(f"ALTER TABLE {target} CLUSTER BY {columns}")
+    spark.sql(
+        f"ALTER TABLE {target} SET TBLPROPERTIES "
+        f"('{CLUSTER_BY_PROPERTY}' = '{_sql_str(json.dumps(wanted))}')"
+    )
+    log.info("clustering changed table=%s cluster_by=%s", ref.qualified, wanted)
 
 
 def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) -> None:

@@ -42,6 +42,7 @@ from producer_lib.schema._governance import (
     GovernanceMixin,
 )
 from producer_lib.schema._keys import ForeignKey, KeysMixin
+from producer_lib.schema._layout import LayoutMixin
 from producer_lib.schema.names import decode_name, encode_name, is_valid_avro_name
 from producer_lib.schema.types import (
     AvroField,
@@ -69,6 +70,7 @@ _KNOWN_PROPS = _RECORD_KEYS | {
     "primaryKeys",
     "foreignKeys",
     "truncateText",
+    "clusterBy",
     *GOVERNANCE_PROPERTIES,
 }
 
@@ -89,7 +91,7 @@ def _record_header(name: str, namespace: str, doc: str | None) -> dict[str, Any]
     return header
 
 
-class ValueSchema(KeysMixin, GovernanceMixin):
+class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin):
     """The value schema of one table: payload fields, keys, comments and governance metadata.
 
     Text longer than its ``AvroVarchar``/``AvroNVarchar`` length is refused when encoded (an
@@ -129,6 +131,7 @@ class ValueSchema(KeysMixin, GovernanceMixin):
         self._fks: list[ForeignKey] = []
         self._governance: dict[str, str] = {}
         self._classifications: dict[str, str] = {}
+        self._cluster_by: list[str] = []
         self.properties: dict[str, Any] = {}
         """Further record-level properties, kept as they are."""
 
@@ -220,6 +223,8 @@ class ValueSchema(KeysMixin, GovernanceMixin):
             schema["truncateText"] = True
         if self._fks:
             schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
+        if self._cluster_by:
+            schema["clusterBy"] = list(self._cluster_by)
         schema.update(
             {key: self._governance[key] for key in GOVERNANCE_PROPERTIES if key in self._governance}
         )
@@ -283,6 +288,7 @@ class ValueSchema(KeysMixin, GovernanceMixin):
                 fk["columns"], fk["refNamespace"], fk["refTable"], fk["refColumns"]
             )
         self._governance.update({k: raw[k] for k in GOVERNANCE_PROPERTIES if k in raw})
+        self.set_cluster_columns(*raw.get("clusterBy", ()))
         self.properties.update({k: v for k, v in raw.items() if k not in _KNOWN_PROPS})
 
     def __eq__(self, other: object) -> bool:
