@@ -1,7 +1,9 @@
 """Command line: ``lakehouse-writer run --lakehouse PATH --checkpoint PATH [--once] ...``.
 
 ``status`` and ``resume-table NAMESPACE.NAME`` (same ``--lakehouse``/``--checkpoint``) are the
-operator's commands (:mod:`lakehouse_writer.admin`, docs/OPERATIONS.md). ``run`` serves
+operator's commands (:mod:`lakehouse_writer.admin`, docs/OPERATIONS.md); ``maintain
+[--table NAMESPACE.NAME ...] [--dry-run]`` compacts, vacuums and checkpoints the tables
+(:mod:`lakehouse_writer.maintain`). ``run`` serves
 metrics and commits to a monitoring consumer group as ``LAKEHOUSE_METRICS_PORT`` and
 ``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.watch`).
 
@@ -73,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument(
         "--force", action="store_true", help="even though the status file says 'running'"
     )
+    maintain = sub.add_parser(
+        "maintain",
+        parents=[where, spark],
+        help="compact, VACUUM by retention and checkpoint the Delta tables (docs/OPERATIONS.md)",
+    )
+    maintain.add_argument(
+        "--table",
+        action="append",
+        metavar="NAMESPACE.NAME",
+        help="only this table (repeatable; default: every table of the lakehouse)",
+    )
+    maintain.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     return parser
 
 
@@ -137,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``run``: 1 failed, 2 bad settings. ``status``: 0 healthy, 1 failed or a table stopped,
     2 bad settings, 3 no status yet. ``resume-table``: 0 resumed, 1 refused, 2 bad settings.
+    ``maintain``: 0 every table done, 1 a table failed (named), 2 bad settings.
     """
     from lakehouse_writer.errors import WriterFailed
 
@@ -166,7 +181,7 @@ def run_command(argv: Sequence[str] | None = None) -> None:
     from lakehouse_writer.settings import LakehouseSettings
 
     args = _parser().parse_args(argv)
-    if args.command != "run":  # status, resume-table: an exit code says how it went
+    if args.command != "run":  # status, resume-table, maintain: an exit code says how it went
         code = admin_command(args)
         if code:
             raise SystemExit(code)
@@ -236,14 +251,19 @@ def start_session(args: argparse.Namespace) -> SparkSession:
 
 
 def admin_command(args: argparse.Namespace) -> int:
-    """``status`` or ``resume-table`` (:mod:`lakehouse_writer.admin`); returns the exit code."""
+    """``status``, ``resume-table`` (admin) or ``maintain``; returns the exit code."""
     from lakehouse_writer.admin import resume_command, status_command
     from lakehouse_writer.errors import LakehouseWriterError
+    from lakehouse_writer.maintain import maintain_command
     from lakehouse_writer.settings import LakehouseSettings
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     try:
         settings = LakehouseSettings(**_overrides(args))
+        if args.command == "maintain":
+            return maintain_command(
+                lambda: start_session(args), settings.lakehouse_path, args.table, args.dry_run
+            )
         if args.command == "status":
             return status_command(settings, lambda: start_session(args), as_json=args.json)
         return resume_command(settings, lambda: start_session(args), args.table, args.force)
