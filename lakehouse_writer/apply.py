@@ -50,7 +50,7 @@ from lakehouse_writer.merge import (
 )
 from lakehouse_writer.summary import RowSummary, summarize_rows
 from lakehouse_writer.system_tables import rejected_rows
-from lakehouse_writer.tables import latest_version, no_data_files
+from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, latest_version, no_data_files
 from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import Truncate, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
@@ -166,7 +166,7 @@ def apply_batch(
                 rows, table, app_id, batch_id, truncates_last, summary, known_empty, small
             )
     with steps("purge"):
-        purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table)
+        purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table, batch_id)
     version = _version(spark, table.path)
     log.info(
         "batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s small=%s "
@@ -569,13 +569,22 @@ def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
     return bool(spark.read.format("delta").load(table.path).isEmpty())
 
 
-def _purge(spark: SparkSession, table: TableInfo) -> bool:
-    """Rewrite files with deletion vectors so no current file holds a GDPR-deleted row."""
-    spark.sql(f"REORG TABLE delta.{_q(table.path)} APPLY (PURGE)")
+def _purge(spark: SparkSession, table: TableInfo, batch_id: int) -> bool:
+    """Rewrite files with deletion vectors so no current file holds a GDPR-deleted row.
+
+    Then mark the table's history with a commit setting ``flow.gdpr_delete`` to the batch
+    id: ``lakehouse-writer maintain`` finds GDPR deletes by it and vacuums their older files
+    within ``LAKEHOUSE_GDPR_COMPLETION_HOURS``. The REORG alone is no mark: it commits
+    nothing when no file has a deletion vector (delta-rs's MERGE rewrites files instead).
+    """
+    target = f"delta.{_q(table.path)}"
+    spark.sql(f"REORG TABLE {target} APPLY (PURGE)")
+    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{GDPR_DELETE_PROPERTY}' = '{batch_id}')")
     log.info(
-        "gdpr purge table=%s path=%s (older versions keep the rows until VACUUM)",
+        "gdpr purge table=%s path=%s batch=%d (older versions keep the rows until maintain)",
         table.ref.qualified,
         table.path,
+        batch_id,
     )
     return True
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.retention import MaintainSettings, TablePlan, plan_table
 from lakehouse_writer.storage import is_local, local_path
-from lakehouse_writer.tables import jvm_delta_log, path_segment
+from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, jvm_delta_log, path_segment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 DELTA_LOG = "_delta_log"
 # A commit whose userMetadata holds this deleted rows for GDPR (the writer's G rows).
-GDPR_MARKER = "flow.gdpr_delete"
+GDPR_MARKER = GDPR_DELETE_PROPERTY
 # Delta refuses a VACUUM below the table's deletedFileRetentionDuration unless this is off:
 # off only for a GDPR VACUUM, and only for that call.
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -289,10 +289,10 @@ def _small_files(spark: SparkSession, path: str, small_bytes: int) -> int:
 def _purge_times_ms(spark: SparkSession, path: str) -> list[int]:
     """Commit times (epoch ms) of the GDPR deletes in the table's log.
 
-    A ``REORG ... APPLY (PURGE)`` commit (the writer's purge after a Spark MERGE with
-    deletion vectors), or a commit whose ``userMetadata`` holds :data:`GDPR_MARKER` (a delete
-    that rewrote files, e.g. delta-rs's MERGE: the REORG then has nothing to purge and
-    commits nothing, so only such a marker tells it apart from an ordinary DELETE).
+    The writer marks each batch with GDPR deletes by a commit that sets the table property
+    :data:`GDPR_MARKER` (whichever engine applied them: a delta-rs MERGE rewrites files, and
+    the REORG after it then commits nothing). Also counted: a ``REORG ... APPLY (PURGE)``
+    commit, and a commit whose ``userMetadata`` holds the marker (another tool's delete).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
@@ -301,7 +301,12 @@ def _purge_times_ms(spark: SparkSession, path: str) -> list[int]:
     purge = (history["operation"] == "REORG") & (
         F.lower(history["operationParameters"]["applyPurge"]) == "true"
     )
-    marked = F.coalesce(history["userMetadata"].contains(GDPR_MARKER), F.lit(False))
+    marked = F.coalesce(history["userMetadata"].contains(GDPR_MARKER), F.lit(False)) | (
+        (history["operation"] == "SET TBLPROPERTIES")
+        & F.coalesce(
+            history["operationParameters"]["properties"].contains(GDPR_MARKER), F.lit(False)
+        )
+    )
     rows = history.where(purge | marked).select(F.unix_millis("timestamp").alias("ms")).collect()
     return [int(r["ms"]) for r in rows]
 

@@ -64,6 +64,7 @@ GOVERNANCE_PROPERTIES: dict[str, str] = {
     "dataClassification": "flow.data_classification",
 }
 PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
+GDPR_DELETE_PROPERTY = "flow.gdpr_delete"  # set by a commit after a batch's GDPR deletes
 CLUSTER_BY_PROPERTY = "flow.cluster_by"  # the schema's clusterBy the table was last laid out by
 STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
 MAX_STATS_COLUMNS = 32  # payload columns with statistics: as many as Delta's default columns

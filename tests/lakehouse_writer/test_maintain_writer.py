@@ -56,13 +56,13 @@ def writer(kafka_bootstrap, new_topic, tmp_path, monkeypatch):
     return produce, drain, tmp_path / "lake" / "SHOP" / "ORDERS"
 
 
+@pytest.mark.parametrize("small_merge_rows", ["0", "10000"], ids=["spark-merge", "delta-rs-merge"])
 def test_a_gdpr_delete_leaves_no_file_holding_the_row_after_maintenance(
-    spark, writer, tmp_path, monkeypatch
+    spark, writer, tmp_path, monkeypatch, small_merge_rows
 ):
-    # Spark's MERGE with deletion vectors, then the writer's REORG PURGE: the purge commit is
-    # what maintenance finds. (delta-rs's small MERGEs rewrite files and leave no such commit:
-    # the writer does not mark them yet, see docs/OPERATIONS.md.)
-    monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", "0")
+    # Spark's MERGE with deletion vectors then the REORG PURGE, or delta-rs's MERGE rewriting
+    # files: either way the writer marks the batch (flow.gdpr_delete), and maintenance finds it.
+    monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", small_merge_rows)
     produce, drain, table = writer
     produce([_row(i, "I", 1, SECRET if i == 3 else None) for i in range(1, 6)])
     drain()
