@@ -45,6 +45,7 @@ from lakehouse_writer.read import (
 )
 from lakehouse_writer.reload import ReloadBet, Speculation
 from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
+from lakehouse_writer.scheduled import ScheduledMaintenance
 from lakehouse_writer.session import require_classic
 from lakehouse_writer.small import SmallChanges
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
@@ -165,6 +166,7 @@ class BatchProcessor:
         self._expected = ExpectedSchemas()
         self._workers = workers_from_env()  # tables applied at once (lakehouse_writer.parallel)
         self._small = SmallChanges(settings.small_merge_rows)  # few rows: merged by delta-rs
+        self._maintenance = ScheduledMaintenance.from_env(spark, self._lake)  # opt-in
         self._holdback = Holdback(
             settings.kafka_client_conf(),
             source_options(settings),
@@ -254,6 +256,7 @@ class BatchProcessor:
             with steps("state"):
                 self._save_state(batch.changes, batch_id)
             self._finish(batch_id, results, started, steps)
+            self._maintenance.between_batches()
         finally:
             batch.release()
             for frame in self._persisted:

@@ -1,0 +1,91 @@
+"""Maintenance inside a running writer, between batches (``LAKEHOUSE_MAINTAIN_INTERVAL_S``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakehouse_writer import job
+from lakehouse_writer.scheduled import ScheduledMaintenance
+from lakehouse_writer.settings import LakehouseSettings
+from producer_lib.errors import ConfigError
+from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"LAKEHOUSE_MAINTAIN_INTERVAL_S": "hourly"}, "LAKEHOUSE_MAINTAIN_INTERVAL_S must be a"),
+        ({"LAKEHOUSE_MAINTAIN_BUDGET_S": "-1"}, "LAKEHOUSE_MAINTAIN_BUDGET_S must not be"),
+    ],
+)
+def test_bad_settings_name_their_variable(env, match):
+    with pytest.raises(ConfigError, match=match):
+        ScheduledMaintenance.from_env(None, "/lake", env)  # type: ignore[arg-type]
+
+
+def test_off_unless_asked():
+    scheduled = ScheduledMaintenance.from_env(None, "/lake", {})  # type: ignore[arg-type]
+    scheduled.between_batches()  # no session: a pass would fail
+    assert scheduled.interval_s is None and scheduled.passes == 0
+
+
+def _history(spark, path: str) -> list[str]:
+    from delta.tables import DeltaTable
+
+    return [r.operation for r in DeltaTable.forPath(spark, path).history().collect()]
+
+
+def _tiny_tables(spark, lake: str, count: int) -> None:
+    for i in range(count):
+        for part in range(3):  # three appends: three small files to compact
+            frame = spark.createDataFrame([(i, part)], "T INT, P INT")
+            frame.write.format("delta").mode("append").save(f"{lake}/NS/T{i}")
+
+
+def test_each_pass_takes_the_next_tables_in_turn(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_COMPACT_MIN_FILES", "2")
+    lake = str(tmp_path / "lake")
+    _tiny_tables(spark, lake, 3)
+    scheduled = ScheduledMaintenance(spark, lake, interval_s=0, budget_s=0)  # one table a pass
+
+    optimized = []
+    for _ in range(3):
+        scheduled.between_batches()
+        optimized.append(
+            sorted(t for t in ("T0", "T1", "T2") if "OPTIMIZE" in _history(spark, f"{lake}/NS/{t}"))
+        )
+
+    assert optimized == [["T0"], ["T0", "T1"], ["T0", "T1", "T2"]]
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_a_writer_run_maintains_its_tables_between_batches(
+    spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    schema = sample_schema()
+    topic, schemas = new_topic(), new_topic(suffix="_schemas")
+    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    for t in range(4):  # four transactions, one batch each: four small files
+        rows = [
+            {"ID": 10 * t + i, "NAME": f"n{t}", "__change_type": "I", "__change_time": T0 + t}
+            for i in range(3)
+        ]
+        produce_transaction(kafka_bootstrap, topic, schema, rows)
+    monkeypatch.setenv("LAKEHOUSE_MAINTAIN_INTERVAL_S", "0")  # after every batch
+    monkeypatch.setenv("LAKEHOUSE_COMPACT_MIN_FILES", "2")
+    settings = LakehouseSettings(
+        LAKEHOUSE_PATH=str(tmp_path / "lake"),
+        LAKEHOUSE_CHECKPOINT_PATH=str(tmp_path / "ckpt"),
+        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
+        LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+        LAKEHOUSE_TOPICS_REGEX=topic,
+        LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER=3,
+    )
+
+    job.run(spark, settings, once=True)
+
+    path = str(tmp_path / "lake" / "SHOP" / "ORDERS")
+    ids = sorted(r.ID for r in spark.read.format("delta").load(path).collect())
+    assert ids == [10 * t + i for t in range(4) for i in range(3)]
+    assert "OPTIMIZE" in _history(spark, path)
