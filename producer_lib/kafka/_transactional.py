@@ -443,10 +443,13 @@ class TransactionalProducer:
 
         The coordinator aborts a transaction older than ``transaction.timeout.ms`` and bumps
         the producer's epoch: librdkafka then reports the producer as fenced "by a newer
-        instance", which is not what happened when no other instance runs.
+        instance", which is not what happened when no other instance runs. The fencing is in
+        ``exc``, or only in librdkafka's log: confluent-kafka's ``flush`` may then raise a
+        bare ``SystemError`` ("returned NULL without setting an exception").
         """
         ledger, limit_ms = self._ledger, self._settings.transaction_timeout_ms
-        if ledger is None or not is_fenced(exc):
+        logged = self._librdkafka_log is not None and self._librdkafka_log.fenced
+        if ledger is None or not (is_fenced(exc) or logged):
             return None
         open_ms = (time.time_ns() // 1000 - ledger.transaction_time) / 1000
         if open_ms < limit_ms:

@@ -249,12 +249,22 @@ class LibrdkafkaLog:
     def __init__(self, target: logging.Logger) -> None:
         self.target = target
         self.transaction_error = ""
+        self.fatal_error = ""  # librdkafka's FATAL line: the producer is unusable from then on
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         """One librdkafka line: ``fmt`` is ``"%s [%s] %s"`` of facility, client and text."""
-        if len(args) == 3 and args[0] == "TXNERR":
-            self.transaction_error = str(args[2]).split("]: ", 1)[-1]  # drop "[thrd:main]: "
+        if len(args) == 3 and args[0] in ("TXNERR", "FATAL"):
+            text = str(args[2]).split("]: ", 1)[-1]  # drop "[thrd:main]: "
+            if args[0] == "TXNERR":
+                self.transaction_error = text
+            else:
+                self.fatal_error = text
         self.target.log(level, fmt, *args, stacklevel=2)
+
+    @property
+    def fenced(self) -> bool:
+        """True once librdkafka has said the producer was fenced (a fatal error)."""
+        return "fenced" in self.fatal_error.lower()
 
 
 class ConnectionRefused(ProduceError):

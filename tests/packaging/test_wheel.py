@@ -56,9 +56,10 @@ NAMES_NEEDING_AN_EXTRA = {
 VENV_TOOLS = {"pip", "setuptools", "wheel"}
 # Installed size, the venv's pip and setuptools left out. The issue's goal is 150 MB; pyarrow
 # (~170 MB), numpy (~73 MB) and duckdb (~60 MB) alone exceed it, and producer_lib's data path
-# is built on all three. These budgets catch a dependency that would add to that.
+# is built on all three. These budgets catch a dependency that would add to that. [producer]
+# measured 578 MB with DuckDB's offline extensions: delta 83, postgres_scanner 42, azure 25.
 SIZE_GOAL_MB = 150
-SIZE_BUDGET_MB = {"base_venv": 400, "producer_venv": 560}
+SIZE_BUDGET_MB = {"base_venv": 400, "producer_venv": 600}
 # Prints {distribution name: bytes of its installed files} for the venv it runs in.
 SIZES_SCRIPT = """
 import json, importlib.metadata as md

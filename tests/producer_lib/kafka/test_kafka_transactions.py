@@ -95,6 +95,10 @@ def test_librdkafka_log_keeps_the_transaction_error_and_passes_every_line_on():
         "BROKER [rdkafka#producer-1] [thrd:app]: up",
         f"TXNERR [rdkafka#producer-1] {text}",
     ]
+    assert not watch.fenced
+    fatal = "[thrd:main]: Fatal error: Local: This instance has been fenced by a newer instance"
+    watch.log(logging.CRITICAL, "%s [%s] %s", "FATAL", "rdkafka#producer-1", fatal)
+    assert watch.fenced and watch.fatal_error.startswith("Fatal error: Local")
 
 
 class _Message:
