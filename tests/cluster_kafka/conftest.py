@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,30 +22,11 @@ from devstack.cluster import ClusterLayout
 from producer_lib import RunFailed, RunResult
 from tests.cluster_kafka.flow import NAMESPACE, TABLE, RowsFlow, row_hashes
 from tests.support.decode import decoded_values
+from tests.support.ports import free_port_block
 
 REPLICAS = 3
 PARTITIONS = 3  # one partition led by each node: any node lost is a leader lost
 TRANSACTION_TIMEOUT_MS = 60_000
-
-
-def free_port_block(count: int) -> int:
-    """A port P such that P..P+count-1 are free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count < 65000 and all(_free(p) for p in range(base + 1, base + count)):
-            return base
-    raise RuntimeError(f"no {count} free neighbouring ports on 127.0.0.1")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,18 @@ import socket
 
 def free_port_pair() -> int:
     """A port P such that P and P+1 are free on 127.0.0.1 (client and controller listeners)."""
+    return free_port_block(2)
+
+
+def free_port_block(count: int) -> int:
+    """A port P such that P..P+count-1 are free on 127.0.0.1 (a cluster's listeners)."""
     for _ in range(50):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port < 65000 and _free(port + 1):
-            return port
-    raise RuntimeError("no two free neighbouring ports on 127.0.0.1")
+            base = probe.getsockname()[1]
+        if base + count < 65000 and all(_free(p) for p in range(base + 1, base + count)):
+            return base
+    raise RuntimeError(f"no {count} free neighbouring ports on 127.0.0.1")
 
 
 def _free(port: int) -> bool:
