@@ -24,7 +24,6 @@ commit fails); docs/OPERATIONS.md says what that means for a running writer.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,9 +31,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.lakehouse_files import (
+    find_tables,
+    first_log_version,
+    is_table,
+    stored_files,
+    table_path,
+)
 from lakehouse_writer.retention import MaintainSettings, TablePlan, plan_table
-from lakehouse_writer.storage import is_local, local_path
-from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, jvm_delta_log, path_segment
+from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, jvm_delta_log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +49,6 @@ __all__ = [
     "MaintainSettings",
     "MaintenanceError",
     "TableReport",
-    "find_tables",
     "maintain_command",
     "maintain_table",
     "maintain_tables",
@@ -52,7 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DELTA_LOG = "_delta_log"
 # A commit whose userMetadata holds this deleted rows for GDPR (the writer's G rows).
 GDPR_MARKER = GDPR_DELETE_PROPERTY
 # Delta refuses a VACUUM below the table's deletedFileRetentionDuration unless this is off:
@@ -129,34 +132,6 @@ class TableReport:
         )
 
 
-def find_tables(spark: SparkSession, lakehouse: str) -> list[tuple[str, str]]:
-    """``(name, path)`` of every Delta table under ``lakehouse``, sorted by name.
-
-    ``<lakehouse>/<namespace>/<name>`` (``NAMESPACE.NAME``) and the system tables
-    ``<lakehouse>/_name`` (``_name``).
-    """
-    found = []
-    for top in _subdirs(spark, lakehouse):
-        top_path = f"{lakehouse.rstrip('/')}/{top}"
-        if _is_table(spark, top_path):
-            found.append((_unescape(top), top_path))
-            continue
-        for name in _subdirs(spark, top_path):
-            path = f"{top_path}/{name}"
-            if _is_table(spark, path):
-                found.append((f"{_unescape(top)}.{_unescape(name)}", path))
-    return sorted(found)
-
-
-def table_path(lakehouse: str, name: str) -> str:
-    """The location of ``NAMESPACE.NAME`` (the namespace may hold dots: the last one splits)."""
-    namespace, dot, table = name.rpartition(".")
-    root = lakehouse.rstrip("/")
-    if not dot:
-        return f"{root}/{path_segment(table)}"
-    return f"{root}/{path_segment(namespace)}/{path_segment(table)}"
-
-
 def maintain_tables(
     spark: SparkSession,
     lakehouse: str,
@@ -197,12 +172,12 @@ def maintain_table(
     """Maintain one table (see the module docstring); a failure is in the report's ``error``."""
     report, started = TableReport(name, path, dry_run=dry_run), time.monotonic()
     try:
-        if not _is_table(spark, path):
+        if not is_table(spark, path):
             raise MaintenanceError("no Delta table there", table=name, path=path)
         with report.step("plan"):
             report.files_before, report.bytes_before, properties = _detail(spark, path)
             report.files_after, report.bytes_after = report.files_before, report.bytes_before
-            report.stored_files_before = report.stored_files_after = _stored_files(spark, path)
+            report.stored_files_before = report.stored_files_after = stored_files(spark, path)
             report.plan = plan_table(
                 name,
                 properties,
@@ -230,7 +205,7 @@ def _carry_out(
 ) -> None:
     from delta.tables import DeltaTable
 
-    first_log = _first_log_version(spark, path)
+    first_log = first_log_version(spark, path)
     if plan.properties:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in plan.properties.items())
         with report.step("properties"):
@@ -250,8 +225,8 @@ def _carry_out(
     with report.step("checkpoint"):
         _checkpoint(spark, path)
     report.files_after, report.bytes_after, _ = _detail(spark, path)
-    report.stored_files_after = _stored_files(spark, path)
-    report.log_versions_removed = max(0, _first_log_version(spark, path) - first_log)
+    report.stored_files_after = stored_files(spark, path)
+    report.log_versions_removed = max(0, first_log_version(spark, path) - first_log)
 
 
 @contextmanager
@@ -333,70 +308,6 @@ def _q(path: str) -> str:
 
 def _jvm(spark: SparkSession) -> Any:
     return spark._jvm  # None only on Spark Connect, which the writer refuses
-
-
-def _first_log_version(spark: SparkSession, path: str) -> int:
-    """The oldest commit file's version in ``_delta_log``."""
-    names = _names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
-    versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
-    return min(versions, default=0)
-
-
-def _stored_files(spark: SparkSession, path: str) -> int:
-    """Files under the table directory outside ``_delta_log`` (checksums not counted)."""
-    if is_local(path):
-        root = local_path(path)
-        count = 0
-        for folder, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if not (folder == str(root) and d == DELTA_LOG)]
-            count += sum(1 for f in files if not f.startswith("."))
-        return count
-    fs_path = _jvm(spark).org.apache.hadoop.fs.Path(path)
-    fs = fs_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    files, count = fs.listFiles(fs_path, True), 0
-    while files.hasNext():
-        file = files.next().getPath()
-        count += f"/{DELTA_LOG}/" not in file.toString() and not file.getName().startswith(".")
-    return count
-
-
-def _is_table(spark: SparkSession, path: str) -> bool:
-    return DELTA_LOG in _names(spark, path, dirs=True)
-
-
-def _subdirs(spark: SparkSession, path: str) -> list[str]:
-    return sorted(n for n in _names(spark, path, dirs=True) if n != DELTA_LOG)
-
-
-def _names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
-    """Names of the directories (``dirs``) or files directly in ``path`` ([] if none)."""
-    if is_local(path):
-        folder = local_path(path)
-        if not folder.is_dir():
-            return []
-        return [p.name for p in folder.iterdir() if p.is_dir() == dirs]
-    fs_path = _jvm(spark).org.apache.hadoop.fs.Path(path)
-    fs = fs_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    if not fs.exists(fs_path):
-        return []
-    return [s.getPath().getName() for s in fs.listStatus(fs_path) if s.isDirectory() == dirs]
-
-
-def _unescape(segment: str) -> str:
-    """The inverse of :func:`lakehouse_writer.tables.path_segment` (``~2F`` -> ``/``)."""
-    out, i = [], 0
-    while i < len(segment):
-        if segment[i] == "~" and _is_hex(segment[i + 1 : i + 3]):
-            out.append(chr(int(segment[i + 1 : i + 3], 16)))
-            i += 3
-        else:
-            out.append(segment[i])
-            i += 1
-    return "".join(out)
-
-
-def _is_hex(text: str) -> bool:
-    return len(text) == 2 and all(c in "0123456789ABCDEFabcdef" for c in text)
 
 
 def _cause(exc: BaseException) -> str:

@@ -92,7 +92,8 @@ class ScheduledMaintenance:
             log.warning("scheduled maintenance failed error=%s (the writer goes on)", exc)
 
     def _pass(self) -> None:
-        from lakehouse_writer.maintain import TableReport, find_tables, maintain_tables
+        from lakehouse_writer.lakehouse_files import find_tables
+        from lakehouse_writer.maintain import TableReport, maintain_tables
 
         names = sorted(name for name, _path in find_tables(self._spark, self._lake))
         if not names:

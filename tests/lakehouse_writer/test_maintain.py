@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.maintain import GDPR_MARKER, find_tables, maintain_tables
+from lakehouse_writer.lakehouse_files import find_tables
+from lakehouse_writer.maintain import GDPR_MARKER, maintain_tables
 from lakehouse_writer.retention import (
     MaintainSettings,
     interval,

@@ -1,0 +1,128 @@
+"""The Delta tables of a lakehouse and their files, through the path's own file system.
+
+A local path is read with :mod:`os`; any other scheme (``abfss://``, ``s3a://``, ``hdfs://``)
+through Hadoop's ``FileSystem`` of the session, so maintenance lists what the writer wrote
+wherever it wrote it. Tables sit at ``<lakehouse>/<namespace>/<name>`` and system tables at
+``<lakehouse>/_name``; path segments are escaped by
+:func:`lakehouse_writer.tables.path_segment`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer.storage import is_local, local_path
+from lakehouse_writer.tables import path_segment
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "DELTA_LOG",
+    "find_tables",
+    "first_log_version",
+    "is_table",
+    "stored_files",
+    "table_path",
+]
+
+DELTA_LOG = "_delta_log"
+
+
+def find_tables(spark: SparkSession, lakehouse: str) -> list[tuple[str, str]]:
+    """``(name, path)`` of every Delta table under ``lakehouse``, sorted by name.
+
+    ``<lakehouse>/<namespace>/<name>`` (``NAMESPACE.NAME``) and the system tables
+    ``<lakehouse>/_name`` (``_name``).
+    """
+    found = []
+    for top in _subdirs(spark, lakehouse):
+        top_path = f"{lakehouse.rstrip('/')}/{top}"
+        if is_table(spark, top_path):
+            found.append((_unescape(top), top_path))
+            continue
+        for name in _subdirs(spark, top_path):
+            path = f"{top_path}/{name}"
+            if is_table(spark, path):
+                found.append((f"{_unescape(top)}.{_unescape(name)}", path))
+    return sorted(found)
+
+
+def table_path(lakehouse: str, name: str) -> str:
+    """The location of ``NAMESPACE.NAME`` (the namespace may hold dots: the last one splits)."""
+    namespace, dot, table = name.rpartition(".")
+    root = lakehouse.rstrip("/")
+    if not dot:
+        return f"{root}/{path_segment(table)}"
+    return f"{root}/{path_segment(namespace)}/{path_segment(table)}"
+
+
+def first_log_version(spark: SparkSession, path: str) -> int:
+    """The oldest commit file's version in ``_delta_log``."""
+    names = _names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
+    versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
+    return min(versions, default=0)
+
+
+def stored_files(spark: SparkSession, path: str) -> int:
+    """Files under the table directory outside ``_delta_log`` (checksums not counted)."""
+    if is_local(path):
+        root = local_path(path)
+        count = 0
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if not (folder == str(root) and d == DELTA_LOG)]
+            count += sum(1 for f in files if not f.startswith("."))
+        return count
+    fs, fs_path = _hadoop(spark, path)
+    files, count = fs.listFiles(fs_path, True), 0
+    while files.hasNext():
+        file = files.next().getPath()
+        count += f"/{DELTA_LOG}/" not in file.toString() and not file.getName().startswith(".")
+    return count
+
+
+def is_table(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` holds a Delta table (a ``_delta_log`` folder)."""
+    return DELTA_LOG in _names(spark, path, dirs=True)
+
+
+def _subdirs(spark: SparkSession, path: str) -> list[str]:
+    return sorted(n for n in _names(spark, path, dirs=True) if n != DELTA_LOG)
+
+
+def _names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
+    """Names of the directories (``dirs``) or files directly in ``path`` ([] if none)."""
+    if is_local(path):
+        folder = local_path(path)
+        if not folder.is_dir():
+            return []
+        return [p.name for p in folder.iterdir() if p.is_dir() == dirs]
+    fs, fs_path = _hadoop(spark, path)
+    if not fs.exists(fs_path):
+        return []
+    return [s.getPath().getName() for s in fs.listStatus(fs_path) if s.isDirectory() == dirs]
+
+
+def _hadoop(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """Hadoop's ``FileSystem`` of ``path`` and the path (the JVM's; a classic session)."""
+    jvm: Any = spark._jvm  # None only on Spark Connect, which the writer refuses
+    fs_path = jvm.org.apache.hadoop.fs.Path(path)
+    return fs_path.getFileSystem(spark._jsc.hadoopConfiguration()), fs_path  # type: ignore[attr-defined]
+
+
+def _unescape(segment: str) -> str:
+    """The inverse of :func:`lakehouse_writer.tables.path_segment` (``~2F`` -> ``/``)."""
+    out, i = [], 0
+    while i < len(segment):
+        if segment[i] == "~" and _is_hex(segment[i + 1 : i + 3]):
+            out.append(chr(int(segment[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(segment[i])
+            i += 1
+    return "".join(out)
+
+
+def _is_hex(text: str) -> bool:
+    return len(text) == 2 and all(c in "0123456789ABCDEFabcdef" for c in text)
