@@ -9,8 +9,10 @@ written after ``now - retention.ms x warn_fraction``; when the writer's next off
 it, the writer's oldest unread row has used up more than that share of its retention, and a
 warning names the topic, the partition, the offset and the retention.
 
-It only reads metadata (the topic's configuration, an offset lookup by time), runs on the
-writer's thread with short timeouts, and never raises: a failed lookup is logged at debug.
+It only reads metadata (the topic's configuration, an offset lookup by time) on a thread of
+its own, so a slow or unreachable broker never holds up a batch, and never raises: a failed
+lookup is logged at debug. :meth:`ExpiryWatch.close` waits for a running check and releases
+the Kafka client.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ CHECK_EVERY_S = 60.0  # a lookup per partition: not after every batch of a busy 
 WARN_FRACTION = 0.5  # warn once the oldest unread row has used half its retention
 _TIMEOUT_S = 5.0
 _CONFIG_TTL_S = 600.0  # a topic's retention rarely changes: read it every 10 minutes
+_CLOSE_WAIT_S = 3 * _TIMEOUT_S  # a running check's lookups time out within this
 
 
 @dataclass(frozen=True)
@@ -76,18 +80,40 @@ class ExpiryWatch:
         self._admin: AdminClient | None = None
         self._retention: dict[str, tuple[float, int]] = {}  # topic -> (read at, retention.ms)
         self._last_check = float("-inf")
+        self._worker: ThreadPoolExecutor | None = None
+        self._running: Future[None] | None = None
         self.behind: list[Behind] = []
 
     def on_status(self, stats: BatchStats) -> None:
         """Nothing: the offsets come with the progress report."""
 
     def on_progress(self, progress: Mapping[str, Any]) -> None:
-        """Check the batch's end offsets, at most once per ``check_every_s``."""
+        """Start a check of the batch's end offsets, at most once per ``check_every_s``.
+
+        The check runs on the watch's own thread; a check still running is not doubled.
+        """
         ends = end_offsets(progress)
         now = self._clock()
         if not ends or now - self._last_check < self._every:
             return
+        if self._running is not None and not self._running.done():
+            return
         self._last_check = now
+        self._worker = self._worker or ThreadPoolExecutor(1, thread_name_prefix="expiry-watch")
+        self._running = self._worker.submit(self._check_and_warn, ends)
+
+    def close(self) -> None:
+        """Wait for a running check (bounded), stop the thread, release the Kafka client."""
+        if self._running is not None:
+            try:
+                self._running.result(timeout=_CLOSE_WAIT_S)
+            except Exception as exc:  # noqa: BLE001 - closing must not fail the writer's exit
+                log.debug("retention check not finished at close error=%s", exc)
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+        self._worker, self._running, self._admin = None, None, None
+
+    def _check_and_warn(self, ends: Mapping[Partition, int]) -> None:
         try:
             self.behind = self.check(ends)
         except Exception as exc:  # noqa: BLE001 - a warning aid must never fail a batch

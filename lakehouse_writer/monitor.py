@@ -96,6 +96,8 @@ class MonitorGroup:
             self._closing = True
             self._changed.notify()
         self._thread.join(_CLOSE_WAIT_S)
+        if not self._thread.is_alive():
+            self._admin = None  # its Kafka client goes with it (no reconnecting after the run)
 
     def _loop(self) -> None:
         while True:

@@ -108,6 +108,8 @@ def watching(
             monitor = MonitorGroup(settings.kafka_client_conf(), group)
             stack.callback(monitor.close)
             observers.append(monitor)
-        observers.append(ExpiryWatch(settings.kafka_client_conf()))
+        expiry = ExpiryWatch(settings.kafka_client_conf())
+        stack.callback(expiry.close)
+        observers.append(expiry)
         stack.enter_context(observed(*observers))
         yield metrics

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from lakehouse_writer.expiry import ExpiryWatch
+from tests.support.ports import free_port_block
 
 pytestmark = pytest.mark.kafka
 
@@ -60,8 +61,23 @@ def test_a_batch_report_leads_to_one_warning_a_minute(kafka_bootstrap, new_topic
 
     watch.on_progress(progress)
     watch.on_progress(progress)  # within the minute: not checked again
+    watch.close()  # waits for the check, which runs on the watch's own thread
 
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, warnings
     assert f"topic={topic} partition=0 next_offset=0" in warnings[0]
     assert f"retention.ms={HOUR_MS}" in warnings[0]
+
+
+def test_an_unreachable_broker_does_not_hold_up_the_batch():
+    """The lookups time out after seconds; the batch that reported its offsets goes on."""
+    watch = ExpiryWatch({"bootstrap.servers": f"127.0.0.1:{free_port_block(1)}"})
+    progress = {"sources": [{"endOffset": json.dumps({"orders": {"0": 5}})}]}
+
+    started = time.monotonic()
+    watch.on_progress(progress)
+    returned = time.monotonic() - started
+    watch.close()
+
+    assert returned < 1.0, f"on_progress took {returned:.1f} s"
+    assert watch.behind == []
