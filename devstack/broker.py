@@ -12,10 +12,11 @@ import logging
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devstack import jars, paths, process, tools
 from devstack.errors import DevstackError
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 19092  # 9092 + 10000: never clashes with a standard broker left running
 START_TIMEOUT_S = 90.0
-_HEAP = ("-Xms256m", "-Xmx1g")  # a test broker; 2-core / 24 GiB machines run Spark beside it
+HEAP = ("-Xms256m", "-Xmx1g")  # a test broker; 2-core / 24 GiB machines run Spark beside it
 
 # One replica everywhere: transactions, consumer offsets and share groups refuse to work
 # until their internal topics can be created with the replicas the cluster actually has.
@@ -130,10 +131,9 @@ def up(layout: BrokerLayout | None = None) -> BrokerLayout:
     java = tools.java()
     classpath = jars.broker_classpath()
     layout.root.mkdir(parents=True, exist_ok=True)
-    _write_config(layout)
-    _format_storage(layout, java, classpath)
-    cmd = [java, *_HEAP, *_jvm_flags(layout), "-cp", classpath, "kafka.Kafka", str(layout.config)]
-    pid = process.start(cmd, layout.log_file, layout.pid_file, layout.root)
+    write_config(layout, properties(layout))
+    format_storage(layout, java, classpath)
+    pid = launch(layout, java, classpath, HEAP)
     log.info("started Kafka broker pid=%d bootstrap=%s", pid, layout.bootstrap)
     try:
         _wait_until_answering(layout, START_TIMEOUT_S)
@@ -171,40 +171,71 @@ def bootstrap_servers(
             down(layout)
 
 
-def _write_config(layout: BrokerLayout, props: dict[str, str] | None = None) -> None:
-    props = props if props is not None else properties(layout)
+# -- one KRaft node: what the single broker, the secured broker and the cluster share -------
+
+
+def write_config(layout: BrokerLayout, props: Mapping[str, str], secret: bool = False) -> None:
+    """Write the node's ``server.properties`` and its log4j2 configuration.
+
+    ``secret``: the properties hold passwords; the file is made readable by its owner only.
+    """
     text = "".join(f"{k}={v}\n" for k, v in props.items())
-    layout.config.write_text("# written by devstack; edits are overwritten\n" + text)
-    (layout.root / "log4j2.properties").write_text(_LOG4J2.format(log=layout.root / "server.log"))
+    header = "# written by devstack; edits are overwritten" + (
+        "; dev passwords inside" if secret else ""
+    )
+    fd = os.open(layout.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
+    with os.fdopen(fd, "w") as out:
+        out.write(header + "\n" + text)
+    (layout.root / "log4j2.properties").write_text(LOG4J2.format(log=layout.root / "server.log"))
 
 
-def _format_storage(
-    layout: BrokerLayout, java: str, classpath: str, cluster_id: str | None = None
+def format_storage(
+    layout: BrokerLayout,
+    java: str,
+    classpath: str,
+    cluster_id: str | None = None,
+    extra_args: Sequence[str] = (),
+    secret: str | None = None,
 ) -> None:
-    """Format the node's storage once; every node of one cluster gets the same ``cluster_id``."""
+    """Format the node's storage once; every node of one cluster gets the same ``cluster_id``.
+
+    Args:
+        layout: The node.
+        java: The java executable.
+        classpath: Kafka's jars.
+        cluster_id: The cluster's id (None: a new one).
+        extra_args: More arguments of ``kafka-storage format`` (``--add-scram ...``).
+        secret: A password inside ``extra_args``, masked in an error message.
+    """
     if (layout.data / "meta.properties").is_file():
         return
-    cluster_id = cluster_id or _cluster_id()
     cmd = [
         java,
-        *_jvm_flags(layout),
+        *jvm_flags(layout),
         "-cp",
         classpath,
         "kafka.tools.StorageTool",
         "format",
         "-t",
-        cluster_id,
+        cluster_id or new_cluster_id(),
         "-c",
         str(layout.config),
+        *extra_args,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if done.returncode != 0:
-        raise DevstackError(
-            f"Formatting Kafka storage in {layout.data} failed:\n{done.stdout}{done.stderr}"
-        )
+        output = done.stdout + done.stderr
+        output = output.replace(secret, "***") if secret else output
+        raise DevstackError(f"Formatting Kafka storage in {layout.data} failed:\n{output}")
 
 
-def _cluster_id() -> str:
+def launch(layout: BrokerLayout, java: str, classpath: str, heap: Sequence[str]) -> int:
+    """Start the node's JVM in the background; its pid (the caller waits for it to answer)."""
+    cmd = [java, *heap, *jvm_flags(layout), "-cp", classpath, "kafka.Kafka", str(layout.config)]
+    return process.start(cmd, layout.log_file, layout.pid_file, layout.root)
+
+
+def new_cluster_id() -> str:
     """A random Kafka cluster id (URL-safe base64 of a UUID), as Kafka's ``Uuid`` makes them.
 
     Like Kafka, never one that starts with ``-``: the storage tool would read it as an option.
@@ -215,13 +246,28 @@ def _cluster_id() -> str:
             return candidate
 
 
-def _jvm_flags(layout: BrokerLayout) -> list[str]:
+def jvm_flags(layout: BrokerLayout) -> list[str]:
+    """The JVM flags of a node: G1, headless, its own log4j2 file and log folder."""
     return [
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={layout.root / 'log4j2.properties'}",
         f"-Dkafka.logs.dir={layout.root}",
     ]
+
+
+def warm_up_transactions(client_conf: Mapping[str, Any]) -> None:
+    """Make a transaction coordinator load now, not in the middle of the first real run."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **client_conf,
+            "transactional.id": "devstack-warm-up",
+            "log_level": 3,  # "coordinator load in progress" retries are expected here
+        }
+    )
+    producer.init_transactions(60)
 
 
 def _wait_until_answering(layout: BrokerLayout, timeout_s: float) -> None:
@@ -231,7 +277,7 @@ def _wait_until_answering(layout: BrokerLayout, timeout_s: float) -> None:
 
     def probe() -> None:
         admin.list_topics(timeout=2)
-        _warm_up_transactions(layout)
+        warm_up_transactions({"bootstrap.servers": layout.bootstrap})
 
     process.wait_until_ready(
         probe,
@@ -242,21 +288,7 @@ def _wait_until_answering(layout: BrokerLayout, timeout_s: float) -> None:
     )
 
 
-def _warm_up_transactions(layout: BrokerLayout) -> None:
-    """Make the transaction coordinator load now, not in the middle of the first real run."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": layout.bootstrap,
-            "transactional.id": "devstack-warm-up",
-            "log_level": 3,  # "coordinator load in progress" retries are expected here
-        }
-    )
-    producer.init_transactions(60)
-
-
-_LOG4J2 = """\
+LOG4J2 = """\
 status = warn
 appender.file.type = File
 appender.file.name = file

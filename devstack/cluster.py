@@ -233,11 +233,9 @@ def leader(layout: ClusterLayout, topic: str, partition: int = 0) -> int:
 def _launch(layout: ClusterLayout, node: NodeLayout) -> None:
     java, classpath = tools.java(), jars.broker_classpath()
     node.root.mkdir(parents=True, exist_ok=True)
-    broker._write_config(node, properties(layout, node))
-    broker._format_storage(node, java, classpath, _cluster_id(layout))
-    flags = broker._jvm_flags(node)
-    cmd = [java, *_HEAP, *flags, "-cp", classpath, "kafka.Kafka", str(node.config)]
-    pid = process.start(cmd, node.log_file, node.pid_file, node.root)
+    broker.write_config(node, properties(layout, node))
+    broker.format_storage(node, java, classpath, _cluster_id(layout))
+    pid = broker.launch(node, java, classpath, _HEAP)
     log.info("started Kafka node=%d pid=%d bootstrap=%s", node.node_id, pid, node.bootstrap)
 
 
@@ -245,7 +243,7 @@ def _cluster_id(layout: ClusterLayout) -> str:
     """The one cluster id of every node, made at the first start."""
     layout.root.mkdir(parents=True, exist_ok=True)
     if not layout.cluster_id_file.is_file():
-        layout.cluster_id_file.write_text(broker._cluster_id() + "\n")
+        layout.cluster_id_file.write_text(broker.new_cluster_id() + "\n")
     return layout.cluster_id_file.read_text().strip()
 
 
@@ -261,7 +259,7 @@ def _wait_until_ready(layout: ClusterLayout, timeout_s: float) -> None:
             max(deadline - time.monotonic(), 1.0),
         )
     process.wait_until_ready(
-        partial(_warm_up_transactions, layout),
+        partial(broker.warm_up_transactions, {"bootstrap.servers": layout.bootstrap}),
         lambda: all(pid is not None for pid in status(layout).values()),
         f"The Kafka cluster at {layout.bootstrap}",
         layout.nodes[0].log_file,
@@ -271,20 +269,6 @@ def _wait_until_ready(layout: ClusterLayout, timeout_s: float) -> None:
 
 def _running(layout: ClusterLayout, node_id: int) -> bool:
     return status(layout)[node_id] is not None
-
-
-def _warm_up_transactions(layout: ClusterLayout) -> None:
-    """Load a transaction coordinator now: ``__transaction_state`` needs all three nodes."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": layout.bootstrap,
-            "transactional.id": "devstack-warm-up",
-            "log_level": 3,  # "coordinator load in progress" retries are expected here
-        }
-    )
-    producer.init_transactions(60)
 
 
 def _check_registered(layout: ClusterLayout, node: NodeLayout) -> None:

@@ -24,8 +24,7 @@ import logging
 import os
 import re
 import secrets
-import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,62 +258,17 @@ def _start(layout: SecureLayout) -> None:
     if not certs.exist():
         tls.make_ca(certs.folder, "devstack dev CA (not for production)")
         tls.make_broker_keystore(certs, keystore_password)
-    _write_config(layout, properties(layout, admin_password, keystore_password))
-    _format_storage(layout, java, classpath, admin_password)
-    cmd = [
-        java,
-        *broker._HEAP,
-        *broker._jvm_flags(layout),
-        "-cp",
-        classpath,
-        "kafka.Kafka",
-        str(layout.config),
-    ]
-    pid = process.start(cmd, layout.log_file, layout.pid_file, layout.root)
+    props = properties(layout, admin_password, keystore_password)
+    broker.write_config(layout, props, secret=True)
+    # The broker logs in to itself with the admin's SCRAM credential (transaction markers)
+    # before any client could create a user: it goes into the first metadata.
+    scram = f"{MECHANISM}=[name={ADMIN},password={admin_password}]"
+    broker.format_storage(layout, java, classpath, None, ("--add-scram", scram), admin_password)
+    pid = broker.launch(layout, java, classpath, broker.HEAP)
     log.info("started secured Kafka broker pid=%d bootstrap=%s", pid, layout.bootstrap)
 
 
-def _write_config(layout: SecureLayout, props: Mapping[str, str]) -> None:
-    text = "".join(f"{k}={v}\n" for k, v in props.items())
-    fd = os.open(layout.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write("# written by devstack; edits are overwritten; dev passwords inside\n" + text)
-    (layout.root / "log4j2.properties").write_text(
-        broker._LOG4J2.format(log=layout.root / "server.log")
-    )
-
-
-def _format_storage(layout: SecureLayout, java: str, classpath: str, admin_password: str) -> None:
-    """Format the data folder with the admin's SCRAM credential in the first metadata.
-
-    The broker logs in to itself with it (transaction markers) before any client could
-    create a user, so it must exist from the start.
-    """
-    if (layout.data / "meta.properties").is_file():
-        return
-    scram = f"{MECHANISM}=[name={ADMIN},password={admin_password}]"
-    cmd = [
-        java,
-        *broker._jvm_flags(layout),
-        "-cp",
-        classpath,
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        broker._cluster_id(),
-        "-c",
-        str(layout.config),
-        "--add-scram",
-        scram,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
-    if done.returncode != 0:
-        output = (done.stdout + done.stderr).replace(admin_password, "***")
-        raise DevstackError(f"Formatting Kafka storage in {layout.data} failed:\n{output}")
-
-
 def _wait_until_answering(layout: SecureLayout) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
     conf: dict[str, Any] = {**admin_conf(layout), "log_level": 0}
@@ -322,8 +276,7 @@ def _wait_until_answering(layout: SecureLayout) -> None:
 
     def probe() -> None:
         admin.list_topics(timeout=2)
-        warm = Producer({**conf, "transactional.id": "devstack-warm-up", "log_level": 3})
-        warm.init_transactions(60)  # the coordinator loads now, not in the first real run
+        broker.warm_up_transactions(conf)
 
     process.wait_until_ready(
         probe,

@@ -71,7 +71,7 @@ def test_up_refuses_a_port_taken_by_someone_else(own_stack, capsys):
 
 def test_cluster_ids_never_look_like_options():
     """1 in 64 random ids used to start with '-' and broke `kafka-storage format -t <id>`."""
-    ids = {broker._cluster_id() for _ in range(2000)}
+    ids = {broker.new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 22 for i in ids)
