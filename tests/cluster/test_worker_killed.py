@@ -11,94 +11,21 @@ worker; the run ends 0 and the table equals DuckDB's, each commit once in ``_com
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from producer_lib import (
-    KafkaProducer,
-    KafkaSettings,
-    KeySchema,
-    RowType,
-    create_key_row,
-    create_truncate_row,
-)
-from producer_lib.kafka.catalog import EmbeddedCatalog
 from tests.cluster.conftest import SparkCluster, delta_rows, spark_submit_argv, submit_env
-from tests.support.writer import sample_schema
+from tests.support.orders_history import arrow_rows, produce_orders_history, txn_actions
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
 
 ROWS, NEW_ROWS = 150_000, 5_000
-
-
-def _source(first: int, count: int) -> str:
-    return (
-        f"select i::BIGINT as ID, 'name ' || i as NAME, ['A', 'B', 'C'][i % 3 + 1] as "
-        f"REGION, (i % 1000)::DECIMAL(10, 2) as AMOUNT from range({first}, "
-        f"{first + count}) t(i)"
-    )
-
-
-def _produce(bootstrap: str, topic: str, schemas: str, con: duckdb.DuckDBPyConnection) -> list:
-    """Four transactions; DuckDB's ORDERS ends as the state the lakehouse must reach."""
-    schema, settings = sample_schema(), KafkaSettings(bootstrap_servers=bootstrap)
-    con.execute(f"create table ORDERS as {_source(0, ROWS)}")
-    ids = []
-    with KafkaProducer(
-        "TEST",
-        f"cluster_{uuid.uuid4().hex[:8]}",
-        "test",
-        "test",
-        settings,
-        duckdb_connection=con,
-        schema_catalog=EmbeddedCatalog(settings, topic=schemas),
-    ) as producer:
-        target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
-        truncate = create_truncate_row(schema, None)
-        key = create_key_row(truncate, KeySchema(schema))
-        producer.produce_row(target, key, truncate, RowType.TRUNCATE, partition=0)
-        producer.produce_from_duckdb("ORDERS", target, 50_000, RowType.REPLACE)
-        ids.append(producer.commit())
-        con.execute("update ORDERS set NAME = NAME || ' v2', AMOUNT = AMOUNT + 1 where ID % 7 = 0")
-        producer.produce_from_duckdb(
-            "select * from ORDERS where ID % 7 = 0", target, 50_000, RowType.UPDATE
-        )
-        ids.append(producer.commit())
-        producer.produce_from_duckdb(
-            "select * from ORDERS where ID % 11 = 0", target, 50_000, RowType.DELETE
-        )
-        con.execute("delete from ORDERS where ID % 11 = 0")
-        ids.append(producer.commit())
-        con.execute(f"insert into ORDERS {_source(ROWS, NEW_ROWS)}")
-        producer.produce_from_duckdb(
-            f"select * from ORDERS where ID >= {ROWS}", target, 50_000, RowType.INSERT
-        )
-        ids.append(producer.commit())
-    return ids
-
-
-def _rows(table) -> list[tuple]:
-    """A pyarrow table's rows as sorted tuples."""
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    return sorted(zip(*columns, strict=True))
-
-
-def _txn_counts(table: Path) -> Counter:
-    seen: Counter = Counter()
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line) if line else {}
-            if "txn" in action:
-                seen[(action["txn"]["appId"], action["txn"]["version"])] += 1
-    return seen
 
 
 def _tasks_started(cluster: SparkCluster, worker: int) -> int:
@@ -142,7 +69,9 @@ def test_a_worker_killed_mid_batch_the_batch_is_retried_and_the_table_is_exact(
 ):
     topic, schemas = new_topic(partitions=2), new_topic(suffix="_schemas")
     con = duckdb.connect()
-    commit_ids = _produce(kafka_bootstrap, topic, schemas, con)
+    commit_ids = produce_orders_history(
+        kafka_bootstrap, topic, schemas, con, ROWS, NEW_ROWS, "cluster"
+    )
     lake, ckpt, log = tmp_path / "lake", tmp_path / "ckpt", tmp_path / "writer.log"
     writer_args = [
         "--lakehouse",
@@ -173,7 +102,7 @@ def test_a_worker_killed_mid_batch_the_batch_is_retried_and_the_table_is_exact(
     assert re.search(r"Starting task \d+\.[1-9]\d* in stage", text), "no task was retried"
     assert (ckpt / "commits" / str(batch)).exists()  # the batch was done, after a retry
 
-    expected = _rows(con.sql("select ID, NAME, REGION, AMOUNT from ORDERS").to_arrow_table())
+    expected = arrow_rows(con.sql("select ID, NAME, REGION, AMOUNT from ORDERS").to_arrow_table())
     got = delta_rows(lake / "SHOP" / "ORDERS", ("ID", "NAME", "REGION", "AMOUNT"))
     assert [k for k, n in Counter(r[0] for r in got).items() if n > 1] == []  # no duplicate key
     assert len(got) == ROWS - len(range(0, ROWS, 11)) + NEW_ROWS
@@ -181,5 +110,5 @@ def test_a_worker_killed_mid_batch_the_batch_is_retried_and_the_table_is_exact(
     mine = [c for (c,) in delta_rows(lake / "_commits", ("commit_id",)) if c in commit_ids]
     assert sorted(mine) == sorted(commit_ids)  # each once
     for name in ("SHOP/ORDERS", "_commits", "_writer_state"):
-        twice = [k for k, n in _txn_counts(lake / name).items() if n > 1]
+        twice = [k for k, n in txn_actions(lake / name)[0].items() if n > 1]
         assert twice == [], f"{name}: applied twice"
