@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse_writer.cli import main
+from lakehouse_writer.tables import GDPR_DELETE_PROPERTY
 from tests.support.writer import (
     T0,
     WriterProcess,
@@ -50,7 +51,7 @@ def _data_commits(table: Path) -> list[dict]:
         except (OSError, ValueError):  # being written: read again next time
             continue
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if info.get("operation") in {"WRITE", "MERGE"}:
+        if info.get("operation") in {"WRITE", "MERGE", "DELETE"}:
             found.append({**info, "txns": [a["txn"] for a in actions if "txn" in a]})
     return found
 
@@ -135,3 +136,56 @@ def test_the_kill_point_watcher_sees_only_commits_that_wrote_rows(tmp_path):
     (log_dir / f"{2:020}.json").write_text('{"commitInfo": ')  # half written
     found = _data_commits(tmp_path / "t")
     assert [(c["operation"], c["txns"]) for c in found] == [("WRITE", [write[0]["txn"]])]
+
+
+def _gdpr_marks(table: Path) -> list[int]:
+    """Versions of the commits that mark a GDPR delete (``flow.gdpr_delete``)."""
+    marks = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        try:
+            text = commit.read_text()
+        except OSError:
+            continue
+        if GDPR_DELETE_PROPERTY in text and '"SET TBLPROPERTIES"' in text:
+            marks.append(int(commit.stem))
+    return marks
+
+
+def test_killed_between_a_gdpr_delete_and_its_mark_the_replay_marks_it(
+    spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    """Maintenance finds GDPR deletes by their mark; a crash must not leave one unmarked.
+
+    The writer commits the delete (a MERGE), then purges and marks the table in later
+    commits. Killed in between, the batch is not recorded as done, so the restart replays
+    it: the MERGE is skipped (its transaction id is in the log) and the mark is written.
+    """
+    topic, schemas = new_topic(), new_topic(suffix="_schemas")
+    schema = sample_schema()
+    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
+    load = [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "R", "__change_time": T0 + 1}
+        for i in range(2_000)
+    ]
+    produce_transaction(kafka_bootstrap, topic, schema, load)
+    lake, ckpt = tmp_path / "lake", tmp_path / "ckpt"
+    argv = once_argv(lake, ckpt, topic, kafka_bootstrap)
+    assert main(argv) == 0
+    table = lake / "SHOP" / "ORDERS"
+    loaded_commits = len(_data_commits(table))
+    gdpr = [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "G", "__change_time": T0 + 2} for i in (7, 8)
+    ]
+    produce_transaction(kafka_bootstrap, topic, schema, gdpr)
+    env = {"LAKEHOUSE_SCHEMAS_TOPIC": schemas, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    writer = WriterProcess(argv[1:], env, tmp_path / "w.log", str(ckpt))
+
+    _kill_when(writer, lambda: len(_data_commits(table)) > loaded_commits)
+
+    assert _gdpr_marks(table) == []  # the delete is committed, its mark is not
+    assert main(argv) == 0  # the restart replays the batch
+    assert len(_gdpr_marks(table)) == 1
+    assert len(_data_commits(table)) == loaded_commits + 1  # the delete was not applied twice
+    ids = _ids(spark, lake)
+    assert len(ids) == 1_998 and not {7, 8} & set(ids)
