@@ -7,6 +7,7 @@ no per-row numpy scalars. A full local queue (``BufferError``) is waited out wit
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -131,21 +132,33 @@ def encoded_ahead(
     target: Target,
     constants: tuple[dict[str, Any], dict[str, Any]],
     partition: int | None,
+    timed: Callable[[str, float], None] | None = None,
 ) -> Iterator[EncodedBatch]:
     """Encoded batches of ``reader``; the next one is read and encoded while one is sent.
 
     numpy and Arrow release the GIL for their column work, so encoding batch n+1 on a worker
     thread overlaps the produce loop of batch n. At most two batches are held at a time.
+    ``timed(step, seconds)`` hears of ``encode`` (read and encode, on the worker thread) and
+    ``wait_encode`` (the caller waiting for a batch the worker has not finished).
     """
+    timed = timed or (lambda _step, _seconds: None)
 
     def encode_next() -> EncodedBatch | None:
+        started = time.monotonic()
         batch = next(iter_batches, None)
-        return None if batch is None else encode_batch(target, batch, constants, partition)
+        encoded = None if batch is None else encode_batch(target, batch, constants, partition)
+        timed("encode", time.monotonic() - started)
+        return encoded
 
     iter_batches = iter(reader)
     with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:
         pending = pool.submit(encode_next)
-        while (encoded := pending.result()) is not None:
+        while True:
+            started = time.monotonic()
+            encoded = pending.result()
+            timed("wait_encode", time.monotonic() - started)
+            if encoded is None:
+                return
             pending = pool.submit(encode_next)
             yield encoded
 

@@ -352,9 +352,11 @@ class TransactionalProducer:
             self._log.info("nothing to commit producer=%s", self.transactional_id)
             return None
         commit_id = str(uuid.uuid4())
+        started = time.monotonic()
         with self._aborting_on_error():
             flush_s = self._settings.transaction_timeout_ms / 1000
             remaining = self._run_txn("flush", lambda: kafka.flush(flush_s))
+            flushed = time.monotonic()
             if remaining:
                 raise ProduceError(
                     f"{remaining} message(s) not delivered in time", producer=self.transactional_id
@@ -384,11 +386,14 @@ class TransactionalProducer:
                 columns,
             )
         self._log.info(
-            "committed producer=%s commit_id=%s transaction_time=%d rows=%d",
+            "committed producer=%s commit_id=%s transaction_time=%d rows=%d flush_s=%.2f "
+            "commit_s=%.2f",
             self.transactional_id,
             commit_id,
             ledger.transaction_time,
             ledger.rows,
+            flushed - started,  # the rows still queued in librdkafka reach the broker
+            time.monotonic() - flushed,  # hooks, the _commits record, the commit itself
         )
         pending.committed()
         return commit_id

@@ -283,7 +283,8 @@ class KafkaProducer(TransactionalProducer):
             source = relation(con, table_or_query)
             check_columns(source.columns, target)
             if check_keys and not target.key_schema.is_append_only:
-                self._check_keys(con, table_or_query, target)  # a query: before the reader's
+                with progress.step("check_keys"):
+                    self._check_keys(con, table_or_query, target)  # a query: before the reader's
             reader = source.to_arrow_reader(batch_size)
             first = next((b for b in reader if b.num_rows), None)
         if first is None:  # no rows: no transaction is begun for them
@@ -293,8 +294,9 @@ class KafkaProducer(TransactionalProducer):
         with self._aborting_on_error(**context):
             batches = pa.RecordBatchReader.from_batches(reader.schema, chain([first], reader))
             constants = self._constants(target, row_type, ledger.transaction_time)
-            for encoded in encoded_ahead(batches, target, constants, partition):
-                self._send(target, encoded, rows_before=progress.rows)
+            for encoded in encoded_ahead(batches, target, constants, partition, progress.add_time):
+                with progress.step("send"):
+                    self._send(target, encoded, rows_before=progress.rows)
                 progress.add(len(encoded))
         progress.finish()
         return progress.rows

@@ -2,7 +2,8 @@
 
 On a TTY (``stream.isatty()``) a single line on stderr is rewritten at most every
 :data:`REFRESH_S` seconds; elsewhere (CI, containers, Azure Functions) nothing is printed
-until the summary, which always goes to the log.
+until the summary, which always goes to the log. The summary splits the load's time by
+step (``steps=check_keys:0.30,encode:1.17,...``, seconds): where a slow export spends it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 __all__ = ["Progress"]
@@ -38,6 +41,20 @@ class Progress:
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._start = time.monotonic()
         self._shown = self._start
+        self.steps: dict[str, float] = {}  # seconds per step; a step may run on another thread
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Add the block's wall time to step ``name``."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add_time(name, time.monotonic() - started)
+
+    def add_time(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to step ``name`` (one writer per step name: no lock needed)."""
+        self.steps[name] = self.steps.get(name, 0.0) + seconds
 
     @property
     def elapsed_s(self) -> float:
@@ -58,14 +75,15 @@ class Progress:
             self._stream.flush()
 
     def finish(self) -> None:
-        """End the terminal line and log ``rows``, ``seconds`` and ``rows_per_s``."""
+        """End the terminal line; log ``rows``, ``seconds``, ``rows_per_s`` and the steps."""
         if self._tty and self._shown != self._start:
             self._stream.write("\n")
             self._stream.flush()
         self._log.info(
-            "produced %s rows=%d seconds=%.3f rows_per_s=%.0f",
+            "produced %s rows=%d seconds=%.3f rows_per_s=%.0f steps=%s",
             self.label,
             self.rows,
             self.elapsed_s,
             self.rows_per_s,
+            ",".join(f"{name}:{secs:.2f}" for name, secs in self.steps.items()) or "-",
         )

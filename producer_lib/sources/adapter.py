@@ -36,6 +36,7 @@ import inspect
 import logging
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType, TracebackType
@@ -410,7 +411,11 @@ class SourceAdapter:
             arrow_schema = await arrow_schema
         await self._copy(duckdb_table, sql, arrow_schema)
         self._progress[duckdb_table].done()
+        started = time.monotonic()
         self.check_primary_key(duckdb_table, schema)
+        if schema.pks:
+            seconds = time.monotonic() - started
+            self.logger.info("primary key checked table=%s seconds=%.2f", duckdb_table, seconds)
         await self._record_load(schema, sql)
         return schema
 

@@ -385,3 +385,24 @@ def test_truncate_then_replace_of_a_keyed_table_as_in_design(kafka_bootstrap, ne
     assert len(truncates) == 1 and truncates[0]["__truncate"] is None
     assert {r["__change_time"] for r in rows} == {truncates[0]["__change_time"]}
     assert sorted(r["ID"] for r in rows if r["__change_type"] == "R") == list(range(50))
+
+
+def test_the_export_log_splits_its_time_by_step(kafka_bootstrap, new_topic, caplog):
+    """Where a slow export spends its time: key check, encode, waiting, send, flush, commit."""
+    topic = new_topic(partitions=3)
+    schema, con = _schema(), _con(5000)
+    caplog.set_level(logging.INFO, logger="test")
+    with _producer(kafka_bootstrap, con) as producer:
+        target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
+        producer.produce_from_duckdb("ORDERS", target, 1000, RowType.REPLACE)
+        producer.commit()
+
+    produced = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("produced"))
+    steps = dict(s.split(":") for s in produced.split("steps=")[1].split(","))
+    assert set(steps) == {"check_keys", "encode", "wait_encode", "send"}, produced
+    assert all(float(v) >= 0 for v in steps.values())
+    assert float(steps["send"]) > 0  # 5,000 rows take some time to hand to librdkafka
+    committed = next(
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("committed")
+    )
+    assert "flush_s=" in committed and "commit_s=" in committed, committed
