@@ -32,6 +32,7 @@ from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.checkpoint_guard import check_checkpoint
 from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
+from lakehouse_writer.conflicts import retry_on_conflict
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, secrets_of
 from lakehouse_writer.holdback import Holdback
@@ -412,8 +413,11 @@ class BatchProcessor:
             ref, (info, rows) = item
             rows = on_session(rows, session)
             summary = decoded.summaries.get(ref)
-            result = apply_batch(
-                rows, batch_id, info, self._instance, applied[ref], summary, self._small
+            result = retry_on_conflict(
+                lambda: apply_batch(
+                    rows, batch_id, info, self._instance, applied[ref], summary, self._small
+                ),
+                f"table={ref.qualified} batch={batch_id}",
             )
             if result.rejected is None:
                 return result
@@ -445,7 +449,7 @@ class BatchProcessor:
         ):
             if topic in topics:
                 frame = log_rows(df.filter(F.col("topic") == topic), table)
-                append_system(frame, f"{self._lake}/{table}", self._instance, batch_id)
+                self._append_system(frame, table, batch_id)
 
     def _write_commits(
         self, batch_id: int, commits: list[CommitRecord], changes: BatchChanges
@@ -470,7 +474,7 @@ class BatchProcessor:
             ordered = sorted(complete, key=lambda c: (c.topic, c.partition, c.offset))
             stopped = {**state.stopped, **changes.stopped}
             frame = commit_frame(self._spark, ordered, versions, ours, stopped)
-            append_system(frame, f"{self._lake}/{COMMITS}", self._instance, batch_id)
+            self._append_system(frame, COMMITS, batch_id)
         if waiting:
             log.info(
                 "commits batch=%d written=%d pending=%d",
@@ -478,6 +482,13 @@ class BatchProcessor:
                 len(complete),
                 len(waiting) - len(complete),
             )
+
+    def _append_system(self, frame: DataFrame, table: str, batch_id: int) -> None:
+        path = f"{self._lake}/{table}"
+        retry_on_conflict(
+            lambda: append_system(frame, path, self._instance, batch_id),
+            f"table={table} batch={batch_id}",
+        )
 
     def _save_state(self, changes: BatchChanges, batch_id: int) -> None:
         """Append the batch's changes to ``_writer_state`` (compacted now and then)."""
