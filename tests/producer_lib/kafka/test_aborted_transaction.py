@@ -28,6 +28,7 @@ from producer_lib.schema import (
 )
 from producer_lib.settings import KafkaSettings
 from tests.support.consume import consume_all
+from tests.support.producers import shop_producer
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("test")
@@ -49,19 +50,6 @@ def _con() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _producer(bootstrap: str, con: duckdb.DuckDBPyConnection) -> KafkaProducer:
-    settings = KafkaSettings(bootstrap_servers=bootstrap)
-    return KafkaProducer(
-        "SHOPDB",
-        f"fn_{uuid.uuid4().hex[:8]}",
-        "bronze",
-        "test",
-        settings,
-        log,
-        duckdb_connection=con,
-    )
-
-
 def _truncate_and_rows(producer: KafkaProducer, target: Target) -> None:
     truncate = create_truncate_row(target.value_schema, None)
     producer.produce_row(
@@ -76,7 +64,7 @@ def _bad_row(producer: KafkaProducer, target: Target) -> None:
 
 def test_a_caught_error_makes_produce_and_commit_refuse(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
-    with _producer(kafka_bootstrap, _con()) as producer:
+    with shop_producer(kafka_bootstrap, _con()) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(_schema()), _schema())
         _truncate_and_rows(producer, target)
         with pytest.raises(EncodeError):
@@ -97,7 +85,7 @@ def test_a_caught_error_makes_produce_and_commit_refuse(kafka_bootstrap, new_top
 
 def test_abort_then_retry_commits_the_whole_set(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
-    with _producer(kafka_bootstrap, _con()) as producer:
+    with shop_producer(kafka_bootstrap, _con()) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(_schema()), _schema())
         _truncate_and_rows(producer, target)
         with pytest.raises(EncodeError):
@@ -114,7 +102,7 @@ def test_abort_then_retry_commits_the_whole_set(kafka_bootstrap, new_topic):
 
 def test_leaving_the_with_block_after_a_caught_error_logs_it(kafka_bootstrap, new_topic, caplog):
     topic = new_topic()
-    with _producer(kafka_bootstrap, _con()) as producer:
+    with shop_producer(kafka_bootstrap, _con()) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(_schema()), _schema())
         _truncate_and_rows(producer, target)
         with suppress(EncodeError):
@@ -127,7 +115,7 @@ def test_an_error_without_an_open_transaction_leaves_the_producer_usable(
     kafka_bootstrap, new_topic
 ):
     topic = new_topic()
-    with _producer(kafka_bootstrap, _con()) as producer:
+    with shop_producer(kafka_bootstrap, _con()) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(_schema()), _schema())
         with pytest.raises(EncodeError):
             _bad_row(producer, target)  # its own transaction: nothing else was lost

@@ -6,16 +6,14 @@ Kafka keeps the last row per key: duplicate keys would collapse silently in the 
 from __future__ import annotations
 
 import logging
-import uuid
 
 import duckdb
 import pytest
 
 from producer_lib.errors import ProduceError, SourceError
-from producer_lib.kafka import KafkaProducer
 from producer_lib.schema import AvroLong, AvroString, KeySchema, RowType, ValueSchema
-from producer_lib.settings import KafkaSettings
 from tests.support.consume import consume_all
+from tests.support.producers import shop_producer
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("test")
@@ -29,19 +27,6 @@ def _schema(*keys: str) -> ValueSchema:
     return schema
 
 
-def _producer(bootstrap: str, con: duckdb.DuckDBPyConnection) -> KafkaProducer:
-    settings = KafkaSettings(bootstrap_servers=bootstrap)
-    return KafkaProducer(
-        "SHOPDB",
-        f"fn_{uuid.uuid4().hex[:8]}",
-        "bronze",
-        "test",
-        settings,
-        log,
-        duckdb_connection=con,
-    )
-
-
 def _con(sql: str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.sql(f"create table ITEMS as {sql}")
@@ -53,7 +38,7 @@ DUPLICATES = "select range % 50 as ID, 'p' || (range % 3) as PART from range(100
 
 def test_duplicate_keys_fail_before_anything_is_sent(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
-    with _producer(kafka_bootstrap, _con(DUPLICATES)) as producer:
+    with shop_producer(kafka_bootstrap, _con(DUPLICATES)) as producer:
         target = producer.add_target(topic, "ITEMS", KeySchema(_schema("ID")), _schema("ID"))
         with pytest.raises(SourceError, match="50 duplicate key") as info:
             producer.produce_from_duckdb("ITEMS", target, 10, RowType.REPLACE)
@@ -66,7 +51,7 @@ def test_duplicate_keys_fail_before_anything_is_sent(kafka_bootstrap, new_topic)
 def test_a_query_is_checked_and_a_compound_key_counts_whole(kafka_bootstrap, new_topic):
     topic = new_topic()
     schema = _schema("ID", "PART")
-    with _producer(kafka_bootstrap, _con(DUPLICATES)) as producer:
+    with shop_producer(kafka_bootstrap, _con(DUPLICATES)) as producer:
         target = producer.add_target(topic, "ITEMS", KeySchema(schema), schema)
         assert producer.produce_from_duckdb("ITEMS", target, 10, RowType.REPLACE) == 100
         producer.commit()
@@ -81,7 +66,7 @@ def test_null_keys_fail_and_abort_the_open_transaction(kafka_bootstrap, new_topi
     topic = new_topic()
     con = _con("select range as ID, 'p' as PART from range(10)")
     con.sql("create table NULLS as select null::bigint as ID, 'x' as PART")
-    with _producer(kafka_bootstrap, con) as producer:
+    with shop_producer(kafka_bootstrap, con) as producer:
         target = producer.add_target(topic, "ITEMS", KeySchema(_schema("ID")), _schema("ID"))
         producer.produce_from_duckdb("ITEMS", target, 10, RowType.REPLACE)
         with pytest.raises(SourceError, match="1 row.*null key") as info:
@@ -95,7 +80,7 @@ def test_null_keys_fail_and_abort_the_open_transaction(kafka_bootstrap, new_topi
 
 def test_opting_out_and_append_only_tables_send_every_row(kafka_bootstrap, new_topic):
     topic, log_topic = new_topic(), new_topic(suffix="_log")
-    with _producer(kafka_bootstrap, _con(DUPLICATES)) as producer:
+    with shop_producer(kafka_bootstrap, _con(DUPLICATES)) as producer:
         keyed = producer.add_target(topic, "ITEMS", KeySchema(_schema("ID")), _schema("ID"))
         appended = producer.add_target(log_topic, "ITEMS", KeySchema(_schema()), _schema())
         producer.produce_from_duckdb("ITEMS", keyed, 10, RowType.REPLACE, check_keys=False)

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import logging
-import uuid
 
 import duckdb
 import pytest
 from pydantic import SecretStr
 
 from producer_lib.errors import KafkaUnavailable, ProduceError
-from producer_lib.kafka import KafkaProducer
 from producer_lib.kafka.transactions import ConnectionRefused, classify_startup_errors
 from producer_lib.schema import AvroLong, AvroString, KeySchema, RowType, ValueSchema
 from producer_lib.settings import KafkaSettings
 from tests.support.consume import consume_all
+from tests.support.producers import shop_producer
 
 log = logging.getLogger("test")
 PASSWORD = "pw-Zq81-never-shown"
@@ -28,18 +27,6 @@ def _schema() -> ValueSchema:
     return schema
 
 
-def _producer(settings: KafkaSettings, con: duckdb.DuckDBPyConnection | None) -> KafkaProducer:
-    return KafkaProducer(
-        "SHOPDB",
-        f"fn_{uuid.uuid4().hex[:8]}",
-        "bronze",
-        "test",
-        settings,
-        log,
-        duckdb_connection=con,
-    )
-
-
 @pytest.mark.kafka
 def test_a_row_over_message_max_bytes_is_named_with_its_size(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
@@ -51,7 +38,7 @@ def test_a_row_over_message_max_bytes_is_named_with_its_size(kafka_bootstrap, ne
     settings = KafkaSettings(
         bootstrap_servers=kafka_bootstrap, overrides={"message.max.bytes": 20_000}
     )
-    with _producer(settings, con) as producer:
+    with shop_producer(settings, con) as producer:
         target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
         with pytest.raises(ProduceError, match="over message.max.bytes=20,000") as info:
             producer.produce_from_duckdb("NOTES", target, 100, RowType.REPLACE)
@@ -75,7 +62,7 @@ def test_a_refused_login_says_authentication_failed_not_timeout(kafka_bootstrap)
         connect_timeout_s=3,
     )
     with pytest.raises(ConnectionRefused) as info:
-        with _producer(settings, None):
+        with shop_producer(settings, None):
             pass
     text = str(info.value)
     assert text.startswith("authentication failed")
@@ -170,7 +157,7 @@ def test_a_message_the_topic_refuses_names_topic_table_and_limit(kafka_bootstrap
         "then repeat('x', 5000) else 'short' end as TEXT from range(3)"
     )
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, overrides={"linger.ms": 0})
-    with _producer(settings, con) as producer:
+    with shop_producer(settings, con) as producer:
         target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
         producer.produce_from_duckdb("NOTES", target, 10, RowType.REPLACE, partition=0)
         with pytest.raises(ProduceError, match="topic's max.message.bytes") as info:

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 
 import duckdb
 import pytest
 
 from producer_lib.errors import EncodeError
-from producer_lib.kafka import KafkaProducer
 from producer_lib.schema import AvroLong, AvroNVarchar, KeySchema, RowType, ValueSchema
-from producer_lib.settings import KafkaSettings
 from tests.support.consume import consume_all
+from tests.support.producers import shop_producer
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("test")
@@ -30,19 +28,6 @@ def _schema(truncate: bool) -> ValueSchema:
     schema.add_field("TEXT", AvroNVarchar(4, truncate=truncate))
     schema.add_primary_key("ID")
     return schema
-
-
-def _producer(bootstrap: str, con: duckdb.DuckDBPyConnection) -> KafkaProducer:
-    settings = KafkaSettings(bootstrap_servers=bootstrap)
-    return KafkaProducer(
-        "SHOPDB",
-        f"fn_{uuid.uuid4().hex[:8]}",
-        "bronze",
-        "test",
-        settings,
-        log,
-        duckdb_connection=con,
-    )
 
 
 def _con() -> duckdb.DuckDBPyConnection:
@@ -61,7 +46,7 @@ def _commit_record(bootstrap: str, commit_id: str) -> dict:
 
 def test_overlong_text_fails_by_default(kafka_bootstrap, new_topic):
     con = _con()
-    with _producer(kafka_bootstrap, con) as producer:
+    with shop_producer(kafka_bootstrap, con) as producer:
         schema = _schema(truncate=False)
         target = producer.add_target(new_topic(), "NOTES", KeySchema(schema), schema)
         with pytest.raises(EncodeError, match="TEXT") as error:
@@ -74,7 +59,7 @@ def test_truncated_values_are_counted_in_the_commit_record_and_log(
 ):
     con = _con()
     caplog.set_level(logging.WARNING)
-    with _producer(kafka_bootstrap, con) as producer:
+    with shop_producer(kafka_bootstrap, con) as producer:
         schema = _schema(truncate=True)
         target = producer.add_target(new_topic(), "NOTES", KeySchema(schema), schema)
         producer.produce_from_duckdb("NOTES", target, 10, RowType.UPSERT)
