@@ -2,7 +2,7 @@
 
 Another writer (``lakehouse-writer maintain``, a property change by hand) can commit to a table
 while the lakehouse writer applies a batch to it; Delta then fails the later commit. The test
-makes that happen for real: while the writer MERGEs 20,000 updates into a table, this process
+makes that happen for real: while the writer MERGEs 10,000 updates into a table, this process
 commits a property change to the same table every few milliseconds with delta-rs (a metadata
 change overlaps every concurrent commit). The writer must log the conflict, apply the batch
 again on the new version, and end with every row exactly once.
@@ -29,7 +29,7 @@ from tests.support.writer import (
     sample_schema,
 )
 
-ROWS = 20_000  # a MERGE of seconds on two cores: a wide window for the race
+ROWS = 10_000  # a MERGE of seconds on two cores: a wide window for the race
 
 
 def _poke_until(table: Path, stop: threading.Event, pokes: list[int]) -> None:
