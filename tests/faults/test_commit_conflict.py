@@ -25,7 +25,7 @@ from tests.support.writer import (
     WriterProcess,
     once_argv,
     produce_transaction,
-    publish_schemas,
+    published_topic,
     sample_schema,
 )
 
@@ -51,9 +51,8 @@ def _poke_until(table: Path, stop: threading.Event, pokes: list[int]) -> None:
 def test_a_merge_that_loses_a_commit_race_is_applied_again(
     spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
 ):
-    topic, schemas = new_topic(), new_topic(suffix="_schemas")
     schema = sample_schema()
-    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    topic, schemas = published_topic(new_topic, kafka_bootstrap, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     rows = [
         {"ID": i, "NAME": f"n{i}", "__change_type": "R", "__change_time": T0 + 1}

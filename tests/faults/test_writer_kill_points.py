@@ -31,7 +31,7 @@ from tests.support.writer import (
     WriterProcess,
     once_argv,
     produce_transaction,
-    publish_schemas,
+    published_topic,
     sample_schema,
 )
 
@@ -72,9 +72,8 @@ def _kill_when(writer: WriterProcess, reached: Callable[[], bool]) -> None:
 @pytest.fixture
 def loaded(spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch):
     """A topic holding one transaction of ROWS appends; the writer's paths and arguments."""
-    topic, schemas = new_topic(), new_topic(suffix="_schemas")
     schema = sample_schema(keyed=False)
-    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    topic, schemas = published_topic(new_topic, kafka_bootstrap, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     rows = [
         {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + 1}
@@ -160,9 +159,8 @@ def test_killed_between_a_gdpr_delete_and_its_mark_the_replay_marks_it(
     commits. Killed in between, the batch is not recorded as done, so the restart replays
     it: the MERGE is skipped (its transaction id is in the log) and the mark is written.
     """
-    topic, schemas = new_topic(), new_topic(suffix="_schemas")
     schema = sample_schema()
-    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    topic, schemas = published_topic(new_topic, kafka_bootstrap, schema)
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     load = [
         {"ID": i, "NAME": f"n{i}", "__change_type": "R", "__change_time": T0 + 1}

@@ -8,7 +8,13 @@ from lakehouse_writer import job
 from lakehouse_writer.scheduled import ScheduledMaintenance
 from lakehouse_writer.settings import LakehouseSettings
 from producer_lib.errors import ConfigError
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import (
+    T0,
+    produce_transaction,
+    published_topic,
+    sample_schema,
+    writer_env,
+)
 
 
 @pytest.mark.parametrize(
@@ -64,8 +70,7 @@ def test_a_writer_run_maintains_its_tables_between_batches(
     spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
 ):
     schema = sample_schema()
-    topic, schemas = new_topic(), new_topic(suffix="_schemas")
-    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    topic, schemas = published_topic(new_topic, kafka_bootstrap, schema)
     for t in range(4):  # four transactions, one batch each: four small files
         rows = [
             {"ID": 10 * t + i, "NAME": f"n{t}", "__change_type": "I", "__change_time": T0 + t}
@@ -74,13 +79,10 @@ def test_a_writer_run_maintains_its_tables_between_batches(
         produce_transaction(kafka_bootstrap, topic, schema, rows)
     monkeypatch.setenv("LAKEHOUSE_MAINTAIN_INTERVAL_S", "0")  # after every batch
     monkeypatch.setenv("LAKEHOUSE_COMPACT_MIN_FILES", "2")
+    lake, ckpt = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    env = writer_env(lake, ckpt, kafka_bootstrap, LAKEHOUSE_SCHEMAS_TOPIC=schemas)
     settings = LakehouseSettings(
-        LAKEHOUSE_PATH=str(tmp_path / "lake"),
-        LAKEHOUSE_CHECKPOINT_PATH=str(tmp_path / "ckpt"),
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        LAKEHOUSE_SCHEMAS_TOPIC=schemas,
-        LAKEHOUSE_TOPICS_REGEX=topic,
-        LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER=3,
+        **env, LAKEHOUSE_TOPICS_REGEX=topic, LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER=3
     )
 
     job.run(spark, settings, once=True)

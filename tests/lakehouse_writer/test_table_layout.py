@@ -10,7 +10,13 @@ from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.tables import TableManager
 from producer_lib.errors import SchemaError
 from producer_lib.schema import AvroArray, AvroLong, ValueSchema
-from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+from tests.support.writer import (
+    T0,
+    produce_transaction,
+    published_topic,
+    sample_schema,
+    writer_env,
+)
 
 
 def _clustering(spark, path: str) -> list[str]:
@@ -62,8 +68,7 @@ def test_a_table_is_created_clustered_and_reclustered_when_the_schema_changes(sp
 def test_changes_apply_to_a_clustered_table(spark, kafka_bootstrap, new_topic, tmp_path):
     schema = sample_schema()
     schema.set_cluster_columns("ID")
-    topic, schemas = new_topic(), new_topic(suffix="_schemas")
-    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    topic, schemas = published_topic(new_topic, kafka_bootstrap, schema)
     inserted = [
         {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0} for i in range(20)
     ]
@@ -74,11 +79,10 @@ def test_changes_apply_to_a_clustered_table(spark, kafka_bootstrap, new_topic, t
         {"ID": 99, "NAME": "new", "__change_type": "I", "__change_time": T0 + 1},
     ]
     produce_transaction(kafka_bootstrap, topic, schema, changed)
+    lake, ckpt = str(tmp_path / "lake"), str(tmp_path / "ckpt")
+    env = writer_env(lake, ckpt, kafka_bootstrap, LAKEHOUSE_SCHEMAS_TOPIC=schemas)
     settings = LakehouseSettings(
-        LAKEHOUSE_PATH=str(tmp_path / "lake"),
-        LAKEHOUSE_CHECKPOINT_PATH=str(tmp_path / "ckpt"),
-        KAFKA_BOOTSTRAP_SERVERS=kafka_bootstrap,
-        LAKEHOUSE_SCHEMAS_TOPIC=schemas,
+        **env,
         LAKEHOUSE_TOPICS_REGEX=topic,
         LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER=20,  # the changes come in a batch of their own
     )

@@ -107,6 +107,19 @@ def publish_schemas(bootstrap: str, topic: str, schemas_topic: str, schema: Valu
     producer.flush(30)
 
 
+def published_topic(
+    new_topic: Any, bootstrap: str, schema: ValueSchema, **topic_args: Any
+) -> tuple[str, str]:
+    """A fresh data topic and schema topic (the ``new_topic`` fixture), ``schema`` published.
+
+    Returns:
+        ``(topic, schemas_topic)``.
+    """
+    topic, schemas = new_topic(**topic_args), new_topic(suffix="_schemas")
+    publish_schemas(bootstrap, topic, schemas, schema)
+    return topic, schemas
+
+
 def encode_row(schema: ValueSchema, row: Mapping[str, Any]) -> tuple[bytes, bytes]:
     """(key, value) framed bytes of a change row given by original names."""
     key_schema = KeySchema(schema)
