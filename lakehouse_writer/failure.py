@@ -49,9 +49,10 @@ TRACE_FILE = "writer_error.log"
 _MAX_CAUSE = 400  # characters of the cause in the status file and the last log line
 _MAX_DEPTH = 50  # causes followed; a chain is never this long, a cycle would be endless
 # Loggers that print a failed query's whole trace to stderr; the writer reports it once.
+# Spark 4.1 moved both classes to the package's ``runtime`` subpackage (their logger names).
 _JAVA_LOGGERS = (
-    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
-    "org.apache.spark.sql.execution.streaming.StreamExecution",
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.runtime.StreamExecution",
 )
 
 

@@ -29,24 +29,30 @@ from lakehouse_writer.errors import LakehouseWriterError
 
 log = logging.getLogger(__name__)
 
-# Must match pyspark 4.0.x of pyproject.toml: Delta's artifact name carries the Spark version.
-SPARK_VERSION = "4.0.1"
+# Must match pyspark 4.1.x of pyproject.toml: Delta's artifact name carries the Spark line
+# (``delta-spark_4.1_2.13``). The Kafka source is 4.1.3, as pyspark: 4.1.1's fails a query
+# restarted on a batch it had planned but not committed (``KafkaMicroBatchStream.metrics``:
+# ``Some(null)``, a NullPointerException; 4.1.3 has ``Option(...)``). spark-avro and
+# spark-token-provider-kafka stop at 4.1.1 on Maven Central: same 4.1 line.
+SPARK_VERSION = "4.1.3"
+SPARK_LINE = "4.1"
+AVRO_AND_TOKEN_VERSION = "4.1.1"
 DELTA_VERSION = "4.4.0"
-# (group, artifact, version). spark-token-provider-kafka 4.0.1 is not on Maven Central; 4.0.0
-# is the same code line. kafka-clients is the version spark-sql-kafka 4.0.1 was built with.
+# (group, artifact, version). kafka-clients and commons-pool2 are the versions spark-sql-kafka
+# 4.1.3 was built with (spark-parent_2.13 4.1.3: kafka.version, commons-pool2.version).
 SPARK_CONNECTORS: tuple[tuple[str, str, str], ...] = (
     ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
-    ("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.0.0"),
+    ("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", AVRO_AND_TOKEN_VERSION),
     ("org.apache.kafka", "kafka-clients", "3.9.1"),
-    ("org.apache.commons", "commons-pool2", "2.12.0"),
-    ("org.apache.spark", "spark-avro_2.13", SPARK_VERSION),
-    ("io.delta", "delta-spark_4.0_2.13", DELTA_VERSION),
+    ("org.apache.commons", "commons-pool2", "2.12.1"),
+    ("org.apache.spark", "spark-avro_2.13", AVRO_AND_TOKEN_VERSION),
+    ("io.delta", f"delta-spark_{SPARK_LINE}_2.13", DELTA_VERSION),
     ("io.delta", "delta-storage", DELTA_VERSION),
 )
 JARS_DIR_VARIABLE = "LAKEHOUSE_JARS_DIR"
 # The artifacts without which the writer cannot run, and a class of each: what a production
-# image or a cluster must have when the writer does not bring them.
-CONNECTOR_ARTIFACTS = ("spark-sql-kafka", "spark-avro_2.13", "delta-spark_4.0_2.13")  # _artifact
+# image or a cluster must have when the writer does not bring them (names as _artifact gives).
+CONNECTOR_ARTIFACTS = ("spark-sql-kafka", "spark-avro_2.13", f"delta-spark_{SPARK_LINE}_2.13")
 CONNECTOR_CLASSES = {
     "Kafka source (spark-sql-kafka-0-10)": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
     "Avro functions (spark-avro)": "org.apache.spark.sql.avro.AvroDataToCatalyst",

@@ -185,12 +185,15 @@ def _new_progress(query: StreamingQuery, seen: str) -> list[dict[str, Any]]:
     """The query's progress reports later than timestamp ``seen``, oldest first.
 
     The last report alone is asked for first (cheap); the recent ones (up to 100, through
-    py4j) only when it is new. ISO instants in UTC compare as text.
+    py4j) only when it is new. ISO instants in UTC compare as text. Each is the report's own
+    JSON: PySpark 4.1's ``SourceProgress`` holds a Kafka source's offsets as ``str()`` of the
+    parsed object (a Python repr, not JSON), its ``json`` the offsets as Spark wrote them.
     """
     last = query.lastProgress
     if not last or str(last.get("timestamp", "")) <= seen:
         return []
-    return [p for p in query.recentProgress if str(p.get("timestamp", "")) > seen]
+    fresh = [p for p in query.recentProgress if str(p.get("timestamp", "")) > seen]
+    return [json.loads(p.json) for p in fresh]
 
 
 def lag_of(progress: Mapping[str, Any] | None) -> dict[str, int]:

@@ -17,7 +17,7 @@ def hand_filled(tmp_path, monkeypatch):
     """A ``LAKEHOUSE_JARS_DIR`` filled by hand (no stamp) and no Maven on PATH."""
     folder = tmp_path / "jars"
     folder.mkdir()
-    for name in ("spark-sql-kafka-0-10_2.13-4.0.1.jar", "delta-spark_4.0_2.13-4.4.0.jar"):
+    for name in ("spark-sql-kafka-0-10_2.13-4.1.3.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
         (folder / name).write_bytes(b"")
     monkeypatch.setenv(jars.JARS_DIR_VARIABLE, str(folder))
     monkeypatch.setenv("PATH", str(tmp_path))
