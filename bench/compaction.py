@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout import T0, decoded, schema  # noqa: E402  (bench/ is this script's directory)
 
+from bench.maintenance import scan_s  # noqa: E402
 from lakehouse_writer.apply import apply_batch  # noqa: E402
 from lakehouse_writer.maintain import maintain_tables  # noqa: E402
 from lakehouse_writer.retention import MaintainSettings  # noqa: E402
@@ -79,24 +80,6 @@ def write(spark: Any, table: TableInfo, batches: int, rows: int, small: bool) ->
     return times
 
 
-def scan_s(spark: Any, path: str, rounds: int = 3) -> tuple[float, int]:
-    """Best seconds of a full scan, and the rows it counted."""
-    from pyspark.sql import functions as F
-
-    times, count = [], 0
-    for _ in range(rounds):
-        started = time.perf_counter()
-        row = (
-            spark.read.format("delta")
-            .load(path)
-            .agg(F.count("*").alias("n"), F.sum("AMOUNT"), F.max("NAME"), F.max("__change_time"))
-            .collect()[0]
-        )
-        times.append(time.perf_counter() - started)
-        count = int(row["n"])
-    return min(times), count
-
-
 def layout(spark: Any, path: str) -> tuple[int, int, int]:
     """Data files and bytes of the latest version; OPTIMIZE commits in the history."""
     from delta.tables import DeltaTable
@@ -115,13 +98,13 @@ def variant(spark: Any, lake: str, name: str, batches: int, rows: int) -> dict[s
     times = write(spark, table, batches, rows, small=name == "deltars")
     expected = batches * (rows - rows // 5) + rows // 5
     files, size, compactions = layout(spark, table.path)
-    scan_before, counted = scan_s(spark, table.path)
+    scan_before, counted = scan_s(spark, table.path, 3)
     started = time.perf_counter()
     [report] = maintain_tables(spark, lake, [table.ref.qualified], MaintainSettings())
     maintain_s = time.perf_counter() - started
     if report.error:
         raise SystemExit(f"maintenance failed: {report.error}")
-    scan_after, counted_after = scan_s(spark, table.path)
+    scan_after, counted_after = scan_s(spark, table.path, 3)
     assert counted == counted_after == expected, (counted, counted_after, expected)
     ordered = sorted(times)
     return {
