@@ -51,9 +51,9 @@ from lakehouse_writer.merge import (
 from lakehouse_writer.summary import RowSummary, summarize_rows
 from lakehouse_writer.system_tables import rejected_rows
 from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, latest_version, no_data_files
-from lakehouse_writer.timing import Steps
 from lakehouse_writer.truncate import Truncate, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
+from producer_lib.timing import Steps
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

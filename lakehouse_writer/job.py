@@ -64,9 +64,9 @@ from lakehouse_writer.tables import (
     TableManager,
     TableRef,
 )
-from lakehouse_writer.timing import Steps
 from lakehouse_writer.topics import TopicPattern
 from lakehouse_writer.truncate import TruncateLog
+from producer_lib.timing import Steps
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -283,7 +283,7 @@ class KafkaProducer(TransactionalProducer):
             source = relation(con, table_or_query)
             check_columns(source.columns, target)
             if check_keys and not target.key_schema.is_append_only:
-                with progress.step("check_keys"):
+                with progress.steps("check_keys"):
                     self._check_keys(con, table_or_query, target)  # a query: before the reader's
             reader = source.to_arrow_reader(batch_size)
             first = next((b for b in reader if b.num_rows), None)
@@ -294,8 +294,8 @@ class KafkaProducer(TransactionalProducer):
         with self._aborting_on_error(**context):
             batches = pa.RecordBatchReader.from_batches(reader.schema, chain([first], reader))
             constants = self._constants(target, row_type, ledger.transaction_time)
-            for encoded in encoded_ahead(batches, target, constants, partition, progress.add_time):
-                with progress.step("send"):
+            for encoded in encoded_ahead(batches, target, constants, partition, progress.steps.add):
+                with progress.steps("send"):
                     self._send(target, encoded, rows_before=progress.rows)
                 progress.add(len(encoded))
         progress.finish()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TextIO
+
+from producer_lib.timing import Steps
 
 __all__ = ["Progress"]
 
@@ -41,20 +41,7 @@ class Progress:
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._start = time.monotonic()
         self._shown = self._start
-        self.steps: dict[str, float] = {}  # seconds per step; a step may run on another thread
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        """Add the block's wall time to step ``name``."""
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.add_time(name, time.monotonic() - started)
-
-    def add_time(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to step ``name`` (one writer per step name: no lock needed)."""
-        self.steps[name] = self.steps.get(name, 0.0) + seconds
+        self.steps = Steps()  # seconds per step; a step may run on another thread
 
     @property
     def elapsed_s(self) -> float:
@@ -85,5 +72,5 @@ class Progress:
             self.rows,
             self.elapsed_s,
             self.rows_per_s,
-            ",".join(f"{name}:{secs:.2f}" for name, secs in self.steps.items()) or "-",
+            self.steps,
         )

@@ -1,4 +1,8 @@
-"""Where a micro-batch spends its time: seconds per named step, for the batch's log lines."""
+"""Where a load or a micro-batch spends its time: seconds per named step, for log lines.
+
+Used by the producer's export summary (:class:`producer_lib.kafka.progress.Progress`) and by
+the lakehouse writer's batch and table log lines.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +32,11 @@ class Steps:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - started
+            self.add(name, time.monotonic() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to step ``name`` (from any thread: one writer per step name)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def __str__(self) -> str:
         return ",".join(f"{name}:{secs:.2f}" for name, secs in self.seconds.items()) or "-"
