@@ -8,7 +8,9 @@ directory and exits. The benchmark process opens that file read-only, with DuckD
 bounded (``--duckdb-memory-limit``, two threads), so every phase streams the table from disk.
 With the same transactional, idempotent, acks=all producer configuration in every phase:
 
-(a) ``produce_from_duckdb`` + ``commit`` (read, encode, frame, partition, produce);
+(a) ``produce_from_duckdb`` + ``commit`` (read, encode, frame, partition, produce), with the
+    encoder process already running (its start-up, once per Python process, is reported
+    apart as ``encoder_start_s``; docs/OPERATIONS.md, "Where a flow's time goes");
 (b) ceiling: a tight ``produce()`` loop over the very same pre-encoded key/value bytes;
 (c) floor: DuckDB rows as Python dicts, fastavro ``schemaless_writer`` per row, produce.
 
@@ -22,6 +24,8 @@ encoded batches (at most two at a time), librdkafka's queue (bounded by
 read until it reaches its memory limit (``duckdb_memory_mb``: what DuckDB holds after (a); the
 default limit, 32MB, is about the size of the 1M-row table). Table generation is not in it.
 The queries stream (``WHERE rowid < n`` rather than ``LIMIT n``, which buffers).
+
+``encoder_peak_rss_mb`` is the encoder process's own peak (its lifetime: start-up and (a)).
 
 ``--compare-rss`` also runs warm-up and phase (a) alone on 1M and on 3M rows, each in a
 fresh process, and adds to the result ``rss_1m_mb`` and ``rss_3m_mb`` (their
@@ -61,6 +65,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from producer_lib.kafka import KafkaProducer  # noqa: E402
+from producer_lib.kafka._encode_process import EncoderProcess  # noqa: E402
 from producer_lib.kafka._target import Target  # noqa: E402
 from producer_lib.kafka.config import PRODUCER_DEFAULTS  # noqa: E402
 from producer_lib.kafka.partitioner import partitions_for_keys  # noqa: E402
@@ -150,9 +155,9 @@ def reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def rss_mb(field: str = "VmHWM") -> float:
-    """Peak (VmHWM) or current (VmRSS) resident set size of this process in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def rss_mb(field: str = "VmHWM", pid: int | None = None) -> float:
+    """Peak (VmHWM) or current (VmRSS) resident set size of this process (or ``pid``) in MiB."""
+    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -165,6 +170,15 @@ def duckdb_mb(con: duckdb.DuckDBPyConnection) -> float:
 
 
 # -- phases -------------------------------------------------------------------------------
+
+
+def start_encoder() -> float:
+    """Start the process-wide encoder and wait until it is ready; its start-up seconds."""
+    started = time.perf_counter()
+    encoder = EncoderProcess.shared()
+    while not encoder.ready():
+        time.sleep(0.005)
+    return time.perf_counter() - started
 
 
 def warm_up(settings: KafkaSettings, admin: AdminClient, con, schema: ValueSchema) -> None:
@@ -318,7 +332,10 @@ def run(bootstrap: str, rows: int, naive_rows: int | None, memory_limit: str) ->
         con = open_table(make_table(workdir, rows), memory_limit)
         try:
             warm_up(settings, admin, con, schema)
+            encoder_start_s = start_encoder()
             result, target, txn_time = measure_a(settings, con, schema, topics[0])
+            result["encoder_start_s"] = round(encoder_start_s, 2)
+            result["encoder_peak_rss_mb"] = round(rss_mb(pid=EncoderProcess.shared().pid), 1)
             if naive_rows is not None:
                 result |= ceiling_and_floor(
                     settings, admin, con, schema, result, target, txn_time, topics[1:], naive_rows

@@ -25,8 +25,9 @@ FunctionRunner flow (``initial`` load) reads the table with PostgresReader and p
 as REPLACE to a fresh 3-partition topic on ``KAFKA_BOOTSTRAP_SERVERS`` (default the devstack
 broker, 127.0.0.1:19092) in one transaction. Its wall time is split by step, timed by wrapping the
 library's own functions for the run: read (``load`` without its key check), PK check (the
-reader's, and ``produce_from_duckdb``'s own), encode (worker thread: overlaps produce), produce
-(``send_batch``), wait for encode (the main thread idle, waiting for the encode thread), commit
+reader's, and ``produce_from_duckdb``'s own), encode (in the flow's thread: the first
+``KAFKA_ENCODE_PROCESS_AFTER_ROWS`` rows), produce (``send_batch``), wait for encode (the flow's
+thread idle, waiting for the encoder process, which encodes the rest beside produce), commit
 (flush + commit), other (producer start, transactions, execution log, topics).
 Last line: ``RESULT {json}``.
 """
@@ -55,7 +56,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import producer_lib.kafka._send as send_module  # noqa: E402
+import producer_lib.kafka._encode_process as encoding_module  # noqa: E402
 import producer_lib.kafka.producer as producer_module  # noqa: E402
 from producer_lib import FunctionRunner, KafkaProducer, KeySchema, PostgresReader, RowType  # noqa: E402
 from producer_lib.staging import load_packaged_extension  # noqa: E402
@@ -263,7 +264,7 @@ def end_to_end(dsn: str, bootstrap: str) -> dict[str, Any]:
     clock.wrap(PostgresReader, "check_primary_key", "pk_check_reader")
     clock.wrap(KafkaProducer, "produce_from_duckdb", "export")
     clock.wrap(KafkaProducer, "_check_keys", "pk_check_producer")
-    clock.wrap(send_module, "encode_batch", "encode")
+    clock.wrap(encoding_module, "encode_batch", "encode")
     clock.wrap(producer_module, "send_batch", "produce")
     clock.wrap(KafkaProducer, "commit", "commit")
     flow = LineitemFlow(dsn, topic)
@@ -287,10 +288,11 @@ def end_to_end(dsn: str, bootstrap: str) -> dict[str, Any]:
 
 
 def _split(seconds: dict[str, float], wall: float) -> dict[str, float]:
-    """The flow's wall time by step; encode runs on a worker thread, beside produce.
+    """The flow's wall time by step.
 
-    ``wait for encode``: the export's main thread blocked on the encode thread (which also
-    reads the DuckDB batches); ``other``: what is neither load, export nor commit (producer
+    ``wait for encode``: the export's thread blocked on the encoder process (or reading
+    DuckDB batches: what is not key check, encode or produce); ``other``: what is neither
+    load, export nor commit (producer
     start, transactions, execution log, topic creation, connections).
     """
     export = seconds["export"]
@@ -298,9 +300,12 @@ def _split(seconds: dict[str, float], wall: float) -> dict[str, float]:
         "read": seconds["load"] - seconds["pk_check_reader"],
         "pk_check_reader": seconds["pk_check_reader"],
         "pk_check_producer": seconds["pk_check_producer"],
-        "encode (thread)": seconds["encode"],
+        "encode (flow thread)": seconds["encode"],
         "produce": seconds["produce"],
-        "wait for encode": export - seconds["pk_check_producer"] - seconds["produce"],
+        "wait for encode": export
+        - seconds["pk_check_producer"]
+        - seconds["encode"]
+        - seconds["produce"],
         "commit": seconds["commit"],
         "other": wall - seconds["load"] - export - seconds["commit"],
         "wall": wall,

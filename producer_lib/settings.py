@@ -142,6 +142,9 @@ class KafkaSettings(EnvSettings):
         connect_timeout_s: Bound on reaching the cluster when a producer starts.
         transaction_timeout_ms: Broker-side bound on one transaction (capped by the broker's
             ``transaction.max.timeout.ms``).
+        encode_process_after_rows: Rows of one export encoded in the flow's own thread; past
+            them the rest is encoded in a helper process beside the send loop (started once
+            per Python process). -1: never.
         overrides: Further librdkafka settings by dotted key (``KAFKA_OVERRIDES`` as JSON);
             they win over everything else.
     """
@@ -164,6 +167,7 @@ class KafkaSettings(EnvSettings):
     topic_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
     connect_timeout_s: float = Field(default=15.0, gt=0)
     transaction_timeout_ms: int = Field(default=60_000, ge=1_000)
+    encode_process_after_rows: int = Field(default=200_000, ge=-1)
     overrides: dict[str, OverrideValue] = Field(default_factory=dict, repr=False)
 
     def secret_overrides(self) -> list[str]:

@@ -7,9 +7,7 @@ no per-row numpy scalars. A full local queue (``BufferError``) is waited out wit
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +23,6 @@ __all__ = [
     "EncodedBatch",
     "RowRejected",
     "encode_batch",
-    "encoded_ahead",
     "marked_rows",
     "rejected_row_error",
     "send_batch",
@@ -125,42 +122,6 @@ def marked_rows(partitions: np.ndarray) -> list[int]:
     _, from_end = np.unique(partitions[::-1], return_index=True)
     last = len(partitions) - 1 - from_end
     return sorted({*first.tolist(), *last.tolist()})
-
-
-def encoded_ahead(
-    reader: pa.RecordBatchReader,
-    target: Target,
-    constants: tuple[dict[str, Any], dict[str, Any]],
-    partition: int | None,
-    timed: Callable[[str, float], None] | None = None,
-) -> Iterator[EncodedBatch]:
-    """Encoded batches of ``reader``; the next one is read and encoded while one is sent.
-
-    numpy and Arrow release the GIL for their column work, so encoding batch n+1 on a worker
-    thread overlaps the produce loop of batch n. At most two batches are held at a time.
-    ``timed(step, seconds)`` hears of ``encode`` (read and encode, on the worker thread) and
-    ``wait_encode`` (the caller waiting for a batch the worker has not finished).
-    """
-    timed = timed or (lambda _step, _seconds: None)
-
-    def encode_next() -> EncodedBatch | None:
-        started = time.monotonic()
-        batch = next(iter_batches, None)
-        encoded = None if batch is None else encode_batch(target, batch, constants, partition)
-        timed("encode", time.monotonic() - started)
-        return encoded
-
-    iter_batches = iter(reader)
-    with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:
-        pending = pool.submit(encode_next)
-        while True:
-            started = time.monotonic()
-            encoded = pending.result()
-            timed("wait_encode", time.monotonic() - started)
-            if encoded is None:
-                return
-            pending = pool.submit(encode_next)
-            yield encoded
 
 
 class RowRejected(Exception):

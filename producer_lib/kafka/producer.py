@@ -27,14 +27,9 @@ import numpy as np
 import pyarrow as pa
 
 from producer_lib.errors import ProduceError
+from producer_lib.kafka._encode_process import ExportEncoding
 from producer_lib.kafka._ledger import CommitHook, PendingCommit
-from producer_lib.kafka._send import (
-    EncodedBatch,
-    RowRejected,
-    encoded_ahead,
-    rejected_row_error,
-    send_batch,
-)
+from producer_lib.kafka._send import EncodedBatch, RowRejected, rejected_row_error, send_batch
 from producer_lib.kafka._target import Target, build_target, check_columns, relation, row_table
 from producer_lib.kafka._transactional import TransactionalProducer
 from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
@@ -294,7 +289,15 @@ class KafkaProducer(TransactionalProducer):
         with self._aborting_on_error(**context):
             batches = pa.RecordBatchReader.from_batches(reader.schema, chain([first], reader))
             constants = self._constants(target, row_type, ledger.transaction_time)
-            for encoded in encoded_ahead(batches, target, constants, partition, progress.steps.add):
+            after_rows = self._settings.encode_process_after_rows
+            encoding = ExportEncoding(
+                target,
+                constants,
+                partition,
+                None if after_rows < 0 else after_rows,
+                progress.steps.add,
+            )
+            for encoded in encoding.batches(batches):
                 with progress.steps("send"):
                     self._send(target, encoded, rows_before=progress.rows)
                 progress.add(len(encoded))

@@ -51,6 +51,7 @@ decimals (floats rounded half-to-even at the scale); 16-byte binary feeds uuid.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,7 @@ class AvroEncoder:
     def __init__(self, schema: dict[str, Any], truncate_text: bool = False) -> None:
         if not isinstance(schema, dict) or schema.get("type") != "record":
             raise SchemaError("AvroEncoder needs an Avro record schema (a dict)")
+        self._recipe = (json.dumps(schema), truncate_text)
         truncate_text = truncate_text or schema.get("truncateText") is True
         self._fields: list[FieldPlan] = plan_fields(schema, truncate_text)
         self._table = _table_name(schema)
@@ -89,6 +91,22 @@ class AvroEncoder:
         self._keys: tuple[str, ...] = tuple(keys) if isinstance(keys, list) else ()
         self._truncations: dict[str, int] = {}
         self._taken: dict[str, int] = {}
+
+    @property
+    def recipe(self) -> tuple[str, bool]:
+        """What rebuilds this encoder elsewhere (another process): :meth:`from_recipe`."""
+        return self._recipe
+
+    @classmethod
+    def from_recipe(cls, recipe: tuple[str, bool]) -> AvroEncoder:
+        """An encoder like the one whose :attr:`recipe` this is (truncation counts start at 0)."""
+        schema_text, truncate_text = recipe
+        return cls(json.loads(schema_text), truncate_text)
+
+    def add_truncations(self, counts: Mapping[str, int]) -> None:
+        """Count truncations made by a copy of this encoder (another process) as its own."""
+        for column, count in counts.items():
+            self._truncations[column] = self._truncations.get(column, 0) + count
 
     @property
     def truncations(self) -> dict[str, int]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 
 import duckdb
 
 from producer_lib.kafka import KafkaProducer
+from producer_lib.kafka._encode_process import EncoderProcess
 from producer_lib.settings import KafkaSettings
 
 log = logging.getLogger("test")
@@ -31,4 +33,29 @@ def shop_producer(
         settings,
         log,
         duckdb_connection=con,
+    )
+
+
+ENCODINGS = ("thread", "process")  # parametrize export tests over both ways of encoding
+
+
+def encode_after_rows(encoding: str) -> int:
+    """``encode_process_after_rows`` of exports that encode in the flow's thread or the process.
+
+    For ``"process"`` the process-wide encoder is started and waited for, so even a one-batch
+    export goes through it (a running encoder is used from an export's first batch).
+    """
+    if encoding == "thread":
+        return -1
+    encoder = EncoderProcess.shared()
+    while not encoder.ready():
+        assert encoder.alive, "the encoder process exited while starting"
+        os.sched_yield()
+    return 0
+
+
+def encoding_settings(bootstrap: str, encoding: str) -> KafkaSettings:
+    """Settings whose exports encode as ``encoding`` says (see :func:`encode_after_rows`)."""
+    return KafkaSettings(
+        bootstrap_servers=bootstrap, encode_process_after_rows=encode_after_rows(encoding)
     )

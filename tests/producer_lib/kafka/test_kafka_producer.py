@@ -34,6 +34,7 @@ from producer_lib.schema import (
 )
 from producer_lib.settings import KafkaSettings
 from tests.support.consume import consume_all
+from tests.support.producers import ENCODINGS, encode_after_rows
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("test")
@@ -86,11 +87,13 @@ def _commit_record(bootstrap: str, commit_id: str) -> dict:
     raise AssertionError(f"no _commits record {commit_id}")
 
 
-def test_commit_is_visible_framed_cataloged_and_recorded(kafka_bootstrap, new_topic):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_commit_is_visible_framed_cataloged_and_recorded(kafka_bootstrap, new_topic, encoding):
     topic = new_topic(partitions=3)
     schema, con = _schema(), _con(1000)
     key_json, value_json = KeySchema(schema).to_avro_json(), schema.to_avro_json()
-    with _producer(kafka_bootstrap, con) as producer:
+    after_rows = encode_after_rows(encoding)
+    with _producer(kafka_bootstrap, con, encode_process_after_rows=after_rows) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
         assert producer.produce_from_duckdb("ORDERS", target, 300, RowType.REPLACE) == 1000
         commit_id = producer.commit()
@@ -223,11 +226,13 @@ def test_append_only_key_is_transaction_time(kafka_bootstrap, new_topic):
         ),
     ],
 )
-def test_bad_values_fail_and_send_nothing(kafka_bootstrap, new_topic, bad_sql, match):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_bad_values_fail_and_send_nothing(kafka_bootstrap, new_topic, bad_sql, match, encoding):
     topic = new_topic()
     con = _con(100)
     con.sql(bad_sql)
-    with _producer(kafka_bootstrap, con) as producer:
+    after_rows = encode_after_rows(encoding)
+    with _producer(kafka_bootstrap, con, encode_process_after_rows=after_rows) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(_schema()), _schema())
         with pytest.raises(EncodeError, match=match):  # the encoder's own checks
             producer.produce_from_duckdb("ORDERS", target, 1000, RowType.INSERT, check_keys=False)
@@ -387,19 +392,29 @@ def test_truncate_then_replace_of_a_keyed_table_as_in_design(kafka_bootstrap, ne
     assert sorted(r["ID"] for r in rows if r["__change_type"] == "R") == list(range(50))
 
 
-def test_the_export_log_splits_its_time_by_step(kafka_bootstrap, new_topic, caplog):
+@pytest.mark.parametrize(
+    ("encoding", "expected"),
+    [
+        ("thread", {"check_keys", "encode", "send"}),
+        ("process", {"check_keys", "encode_process", "wait_encode", "send"}),
+    ],
+)
+def test_the_export_log_splits_its_time_by_step(
+    kafka_bootstrap, new_topic, caplog, encoding, expected
+):
     """Where a slow export spends its time: key check, encode, waiting, send, flush, commit."""
     topic = new_topic(partitions=3)
     schema, con = _schema(), _con(5000)
     caplog.set_level(logging.INFO, logger="test")
-    with _producer(kafka_bootstrap, con) as producer:
+    after_rows = encode_after_rows(encoding)
+    with _producer(kafka_bootstrap, con, encode_process_after_rows=after_rows) as producer:
         target = producer.add_target(topic, "ORDERS", KeySchema(schema), schema)
         producer.produce_from_duckdb("ORDERS", target, 1000, RowType.REPLACE)
         producer.commit()
 
     produced = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("produced"))
     steps = dict(s.split(":") for s in produced.split("steps=")[1].split(","))
-    assert set(steps) == {"check_keys", "encode", "wait_encode", "send"}, produced
+    assert set(steps) == expected, produced
     assert all(float(v) >= 0 for v in steps.values())  # seconds; 5,000 rows may take < 0.005
     committed = next(
         r.getMessage() for r in caplog.records if r.getMessage().startswith("committed")

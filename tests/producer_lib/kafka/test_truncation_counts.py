@@ -16,7 +16,7 @@ import pytest
 from producer_lib.errors import EncodeError
 from producer_lib.schema import AvroLong, AvroNVarchar, KeySchema, RowType, ValueSchema
 from tests.support.consume import consume_all
-from tests.support.producers import shop_producer
+from tests.support.producers import ENCODINGS, encoding_settings, shop_producer
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("test")
@@ -44,9 +44,10 @@ def _commit_record(bootstrap: str, commit_id: str) -> dict:
     return next(r for r in records if r["commit_id"] == commit_id)
 
 
-def test_overlong_text_fails_by_default(kafka_bootstrap, new_topic):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_overlong_text_fails_by_default(kafka_bootstrap, new_topic, encoding):
     con = _con()
-    with shop_producer(kafka_bootstrap, con) as producer:
+    with shop_producer(encoding_settings(kafka_bootstrap, encoding), con) as producer:
         schema = _schema(truncate=False)
         target = producer.add_target(new_topic(), "NOTES", KeySchema(schema), schema)
         with pytest.raises(EncodeError, match="TEXT") as error:
@@ -54,12 +55,13 @@ def test_overlong_text_fails_by_default(kafka_bootstrap, new_topic):
         assert error.value.context["row"] == 1  # the second row, 'much too long'
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
 def test_truncated_values_are_counted_in_the_commit_record_and_log(
-    kafka_bootstrap, new_topic, caplog
+    kafka_bootstrap, new_topic, caplog, encoding
 ):
     con = _con()
     caplog.set_level(logging.WARNING)
-    with shop_producer(kafka_bootstrap, con) as producer:
+    with shop_producer(encoding_settings(kafka_bootstrap, encoding), con) as producer:
         schema = _schema(truncate=True)
         target = producer.add_target(new_topic(), "NOTES", KeySchema(schema), schema)
         producer.produce_from_duckdb("NOTES", target, 10, RowType.UPSERT)

@@ -1,0 +1,357 @@
+"""Encoding beside the send loop: a second Python process for large exports.
+
+Encoding (numpy and Arrow calls) and the send loop (a ``produce()`` call per row) cannot run
+side by side in one process: every numpy call must take the GIL back from the send loop, which
+holds it without pause, and waits for the interpreter's switch interval each time. Measured,
+a worker thread bought nothing over encoding in turn (docs/PERFORMANCE.md, "Export to Kafka").
+An :class:`EncoderProcess` has an interpreter of its own (``producer_lib.kafka._encode_worker``):
+the caller's thread reads DuckDB batches, ships each to the process and sends rows; the
+encoded keys, values and partitions come back in order.
+
+:class:`ExportEncoding` is the policy of one export: batches are encoded in the caller's
+thread until the export has passed ``after_rows`` rows (most exports are small and never pay
+for a process), then the process-wide encoder is started in the background, and once it is
+ready the rest of the export goes through it. Once it runs, later exports use it from their
+first batch. One export uses the process at a time; another
+export meanwhile encodes in its own thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import logging
+import os
+import pickle
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from producer_lib.errors import EncodeError, ProduceError
+from producer_lib.kafka._frames import READY, read_frame, write_frame
+from producer_lib.kafka._send import EncodedBatch, encode_batch
+from producer_lib.kafka._target import Target
+
+__all__ = ["EncoderProcess", "ExportEncoding"]
+
+log = logging.getLogger(__name__)
+
+Timed = Callable[[str, float], None]
+Constants = tuple[dict[str, Any], dict[str, Any]]
+
+PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
+AHEAD = 2  # batches shipped to the worker before the first is sent: one encodes, one waits
+_STOP_WAIT_S = 5.0  # a worker asked to end gets this long before it is killed
+
+
+class EncoderProcess:
+    """A worker process that encodes batches; started at construction, ready a little later.
+
+    Not thread-safe: one export at a time (see :meth:`shared`).
+    """
+
+    _shared: EncoderProcess | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        to_worker, self._in_fd = os.pipe()
+        self._out_fd, from_worker = os.pipe()
+        for fd in (self._in_fd, self._out_fd):
+            _widen(fd)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "producer_lib.kafka._encode_worker"]
+            + [str(to_worker), str(from_worker)],
+            pass_fds=(to_worker, from_worker),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(to_worker)
+        os.close(from_worker)
+        self._to = os.fdopen(self._in_fd, "wb")
+        self._from = os.fdopen(self._out_fd, "rb")
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self.failed_to_start = False
+        self.busy = threading.Lock()  # held by the export using the process
+
+    @classmethod
+    def shared(cls) -> EncoderProcess:
+        """The process-wide encoder (started on first use; a dead one is replaced).
+
+        One that failed to start is kept, never ready: this Python process encodes in the
+        flow's thread from then on rather than start a failing worker at every export.
+        """
+        with cls._shared_lock:
+            shared = cls._shared
+            if shared is not None and not shared.alive:
+                shared.ready()  # one that died before it was ready is marked failed_to_start
+            if shared is None or not (shared.alive or shared.failed_to_start):
+                cls._shared = shared = cls()
+            return shared
+
+    @classmethod
+    def shared_is_ready(cls) -> bool:
+        """A process-wide encoder runs and is ready (never starts one)."""
+        with cls._shared_lock:
+            shared = cls._shared
+        return shared is not None and shared.alive and shared.ready()
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """The worker has not exited."""
+        return self._proc.poll() is None
+
+    def ready(self) -> bool:
+        """The worker has started and can take batches (never blocks).
+
+        A worker that exits before it is ready is logged once and never becomes ready: the
+        exports go on in the flow's thread.
+        """
+        with self._ready_lock:
+            if self._ready or self.failed_to_start:
+                return self._ready
+            if select.select([self._from], [], [], 0)[0]:
+                try:
+                    self._ready = self._read() == READY
+                except ProduceError:
+                    self.failed_to_start = True
+                    log.warning(
+                        "the encoder process exited while starting (code %s); exports encode "
+                        "in the flow's thread",
+                        self._proc.returncode,
+                    )
+            return self._ready
+
+    def encode(
+        self,
+        batches: Iterator[pa.RecordBatch],
+        target: Target,
+        constants: Constants,
+        partition: int | None,
+        timed: Timed,
+    ) -> Iterator[EncodedBatch]:
+        """The encoded batches of ``batches``, in order; the next ones are encoded meanwhile.
+
+        The caller's thread reads each batch and ships it, at most :data:`AHEAD` batches
+        ahead of the one it sends: no second thread of this process competes for the GIL
+        with the send loop. ``timed`` hears of ``encode_process`` (the worker's seconds,
+        beside the caller's) and ``wait_encode`` (the caller waiting for a batch). Closing
+        the iterator early drains what the worker still answers, so it is ready for the
+        next export.
+
+        Raises:
+            EncodeError: A value does not fit the schema (as the in-thread encoder says it).
+            ProduceError: The worker died, or failed otherwise; the export must abort.
+        """
+        request = pickle.dumps(
+            (
+                (
+                    target.key_encoder.recipe,
+                    target.value_encoder.recipe,
+                    target.key_header,
+                    target.value_header,
+                    target.partitions,
+                ),
+                constants,
+                partition,
+            )
+        )
+        shipped: deque[pa.RecordBatch] = deque()  # shipped, not yet answered (to name rows)
+        try:
+            for batch in islice(batches, AHEAD):
+                self._ship(request, batch, shipped)
+            while shipped:
+                started = time.monotonic()
+                reply = self._reply()
+                timed("wait_encode", time.monotonic() - started)
+                source = shipped.popleft()
+                if reply[0] == "error":
+                    raise _worker_error(reply, target)
+                _, seconds, key_truncations, value_truncations, layout, frames = reply
+                timed("encode_process", seconds)
+                target.key_encoder.add_truncations(key_truncations)
+                target.value_encoder.add_truncations(value_truncations)
+                for batch in islice(batches, 1):  # the worker encodes it while we send
+                    self._ship(request, batch, shipped)
+                yield _encoded(frames, layout, source)
+        finally:
+            while shipped and self.alive:  # drain: every shipped batch is answered
+                shipped.popleft()
+                self._reply()
+
+    def _ship(self, request: bytes, batch: pa.RecordBatch, shipped: deque) -> None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        try:
+            write_frame(self._to, request)
+            write_frame(self._to, sink.getvalue())
+            self._to.flush()
+        except BrokenPipeError:
+            self._read()  # names the exit (raises)
+            raise
+        shipped.append(batch)
+
+    def _reply(self) -> tuple:
+        """The worker's next answer: an error, or a batch with its five frames."""
+        reply = pickle.loads(self._read())
+        if reply[0] == "error":
+            return reply  # type: ignore[no-any-return]
+        return (*reply, [self._read() for _ in range(5)])
+
+    def _read(self) -> bytes:
+        try:
+            return read_frame(self._from)
+        except EOFError:
+            code = self._proc.wait()
+            raise ProduceError(
+                f"the encoder process exited (code {code}) in the middle of an export; "
+                "the transaction was aborted",
+                pid=self._proc.pid,
+            ) from None
+
+    def close(self) -> None:
+        """End the worker (closing its input ends it; killed if it does not end in time)."""
+        for stream in (self._to, self._from):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(_STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    @classmethod
+    def close_shared(cls) -> None:
+        """End the process-wide encoder, if one was started."""
+        with cls._shared_lock:
+            if cls._shared is not None:
+                cls._shared.close()
+                cls._shared = None
+
+
+atexit.register(EncoderProcess.close_shared)
+
+
+def _widen(fd: int) -> None:
+    """Give a pipe the largest buffer Linux allows a user (fewer switches per batch)."""
+    try:
+        size = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(size, PIPE_BYTES))
+    except (OSError, ValueError, AttributeError):  # not Linux, or refused: the default works
+        pass
+
+
+def _encoded(frames: list[bytes], layout: tuple, source: pa.RecordBatch) -> EncodedBatch:
+    """The batch of a worker's reply (its layout, counts and marks, computed there)."""
+    keys, key_offsets, values, value_offsets, parts = frames
+    rows_per_partition, marks = layout
+    return EncodedBatch(
+        keys,
+        np.frombuffer(key_offsets, dtype=np.int64).tolist(),
+        values,
+        np.frombuffer(value_offsets, dtype=np.int64).tolist(),
+        np.frombuffer(parts, dtype=np.int64).tolist(),
+        rows_per_partition,
+        marks,
+        source,
+    )
+
+
+def _worker_error(reply: tuple, target: Target) -> Exception:
+    _, kind, message, context = reply
+    if kind == "EncodeError":
+        return EncodeError(message, **context)
+    return ProduceError(
+        f"the encoder process failed: {kind}: {message}", topic=target.topic, table=target.table
+    )
+
+
+class ExportEncoding:
+    """How one export's batches are encoded: in the caller's thread, then in the process.
+
+    Args:
+        target: Where the rows go.
+        constants: Key and value constants (technical fields).
+        partition: Explicit partition of every row, or None.
+        after_rows: Rows encoded in the caller's thread before the process is used; None
+            never uses it.
+        timed: Hears of ``encode`` (in the caller's thread), ``encode_process`` and
+            ``wait_encode`` (seconds; see :meth:`EncoderProcess.encode`).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        constants: Constants,
+        partition: int | None,
+        after_rows: int | None,
+        timed: Timed,
+    ) -> None:
+        self._target = target
+        self._constants = constants
+        self._partition = partition
+        self._after_rows = after_rows
+        self._timed = timed
+
+    def batches(self, reader: Iterator[pa.RecordBatch]) -> Iterator[EncodedBatch]:
+        """The encoded batches of ``reader``, in order."""
+        rows = 0
+        encoder: EncoderProcess | None = None
+        batches = iter(reader)
+        try:
+            for batch in batches:
+                if encoder is None and self._wants_process(rows):
+                    encoder = _take_shared()
+                if encoder is not None and encoder.ready():
+                    yield from self._in_process(encoder, batch, batches)
+                    return
+                started = time.monotonic()
+                encoded = encode_batch(self._target, batch, self._constants, self._partition)
+                self._timed("encode", time.monotonic() - started)
+                rows += batch.num_rows
+                yield encoded
+        finally:
+            if encoder is not None:
+                encoder.busy.release()
+
+    def _wants_process(self, rows: int) -> bool:
+        """Past ``after_rows``, or the process already runs (a warm one costs nothing)."""
+        if self._after_rows is None:
+            return False
+        return rows >= self._after_rows or EncoderProcess.shared_is_ready()
+
+    def _in_process(
+        self, encoder: EncoderProcess, first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]
+    ) -> Iterator[EncodedBatch]:
+        def remaining() -> Iterator[pa.RecordBatch]:
+            yield first
+            yield from rest
+
+        yield from encoder.encode(
+            remaining(), self._target, self._constants, self._partition, self._timed
+        )
+
+
+def _take_shared() -> EncoderProcess | None:
+    """The process-wide encoder if no other export is using it, else None."""
+    encoder = EncoderProcess.shared()
+    return encoder if encoder.busy.acquire(blocking=False) else None
