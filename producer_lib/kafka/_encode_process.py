@@ -19,7 +19,6 @@ export meanwhile encodes in its own thread.
 from __future__ import annotations
 
 import atexit
-import fcntl
 import logging
 import os
 import pickle
@@ -69,15 +68,21 @@ class EncoderProcess:
         for fd in (self._in_fd, self._out_fd):
             _widen(fd)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "producer_lib.kafka._encode_worker"]
-            + [str(to_worker), str(from_worker)],
-            pass_fds=(to_worker, from_worker),
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        os.close(to_worker)
-        os.close(from_worker)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "producer_lib.kafka._encode_worker"]
+                + [str(to_worker), str(from_worker)],
+                pass_fds=(to_worker, from_worker),
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            for fd in (self._in_fd, self._out_fd):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_worker)
+            os.close(from_worker)
         self._to = os.fdopen(self._in_fd, "wb")
         self._from = os.fdopen(self._out_fd, "rb")
         self._ready = False
@@ -254,6 +259,8 @@ atexit.register(EncoderProcess.close_shared)
 def _widen(fd: int) -> None:
     """Give a pipe the largest buffer Linux allows a user (fewer switches per batch)."""
     try:
+        import fcntl
+
         size = int(Path("/proc/sys/fs/pipe-max-size").read_text())
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(size, PIPE_BYTES))
     except (OSError, ValueError, AttributeError):  # not Linux, or refused: the default works
@@ -352,6 +359,21 @@ class ExportEncoding:
 
 
 def _take_shared() -> EncoderProcess | None:
-    """The process-wide encoder if no other export is using it, else None."""
-    encoder = EncoderProcess.shared()
+    """The process-wide encoder if no other export is using it, else None.
+
+    None as well where no worker can be started (not POSIX, or starting a process failed:
+    logged once); exports then encode in the flow's thread.
+    """
+    global _UNAVAILABLE
+    if _UNAVAILABLE:
+        return None
+    try:
+        encoder = EncoderProcess.shared()
+    except (OSError, ValueError) as exc:
+        _UNAVAILABLE = True
+        log.warning("no encoder process (%s); exports encode in the flow's thread", exc)
+        return None
     return encoder if encoder.busy.acquire(blocking=False) else None
+
+
+_UNAVAILABLE = os.name != "posix"  # pipes passed by descriptor and select() on them: POSIX

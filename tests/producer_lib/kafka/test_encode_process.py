@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from producer_lib.errors import EncodeError, ProduceError
+from producer_lib.kafka import _encode_process as encode_process
 from producer_lib.kafka._encode_process import EncoderProcess, ExportEncoding
 from producer_lib.kafka._send import EncodedBatch, encode_batch
 from producer_lib.kafka._target import Target, build_target
@@ -208,3 +209,21 @@ def test_a_worker_that_cannot_start_leaves_exports_in_the_flows_thread(monkeypat
     warnings = [r.getMessage() for r in caplog.records if "encoder process" in r.getMessage()]
     assert len(warnings) == 1 and "exited while starting (code 1)" in warnings[0], warnings
     EncoderProcess.close_shared()
+
+
+def test_where_no_process_can_start_exports_stay_in_the_flows_thread(monkeypatch, caplog):
+    EncoderProcess.close_shared()
+    monkeypatch.setattr(encode_process, "_UNAVAILABLE", False)  # restored after the test
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")  # Popen cannot start it
+    target, batches = _target(), _batches(3000)
+    steps: dict[str, float] = {}
+
+    def timed(step: str, seconds: float) -> None:
+        steps[step] = steps.get(step, 0.0) + seconds
+
+    for _ in range(2):
+        got = list(ExportEncoding(target, CONSTANTS, None, 0, timed).batches(iter(batches)))
+        assert sum(len(b) for b in got) == 3000
+    assert set(steps) == {"encode"}
+    warnings = [r.getMessage() for r in caplog.records if "no encoder process" in r.getMessage()]
+    assert len(warnings) == 1 and "/nonexistent/python3" in warnings[0], warnings
