@@ -35,7 +35,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -103,16 +102,29 @@ def cut_offsets(
 
 
 def keep_before(source: DataFrame, cuts: Mapping[tuple[str, int], int]) -> DataFrame:
-    """``source`` without the rows at or after each partition's cut."""
+    """``source`` without the rows at or after each partition's cut.
+
+    The cuts are one map literal looked up per row, not a condition per partition: a batch
+    over hundreds of partitions would otherwise nest hundreds of ORs, which overflowed the
+    JVM's stack while Spark planned it (500 tables, one partition each).
+    """
     from pyspark.sql import functions as F
 
     if not cuts:
         return source
-    held = [
-        (F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") >= at)
-        for (topic, partition), at in sorted(cuts.items())
-    ]
-    return source.filter(~reduce(lambda a, b: a | b, held))
+    pairs = [F.lit(_partition_key(topic, partition)) for topic, partition in sorted(cuts)]
+    values = [F.lit(cuts[key]).cast("long") for key in sorted(cuts)]
+    by_partition = F.create_map(*[x for pair in zip(pairs, values, strict=True) for x in pair])
+    key = F.concat(F.col("topic"), F.lit(_SEPARATOR), F.col("partition").cast("string"))
+    cut = F.try_element_at(by_partition, key)
+    return source.filter(cut.isNull() | (F.col("offset") < cut))
+
+
+_SEPARATOR = "\x00"  # not in a topic name (letters, digits, '.', '_', '-')
+
+
+def _partition_key(topic: str, partition: int) -> str:
+    return f"{topic}{_SEPARATOR}{partition}"
 
 
 @dataclass
