@@ -12,8 +12,8 @@ encoded keys, values and partitions come back in order.
 thread until the export has passed ``after_rows`` rows (most exports are small and never pay
 for a process), then the process-wide encoder is started in the background, and once it is
 ready the rest of the export goes through it. Once it runs, later exports use it from their
-first batch. One export uses the process at a time; another
-export meanwhile encodes in its own thread.
+first batch. One export uses the process at a time; another export meanwhile encodes in its
+own thread.
 """
 
 from __future__ import annotations
@@ -177,6 +177,8 @@ class EncoderProcess:
                 partition,
             )
         )
+        if not self.ready():
+            raise ProduceError("the encoder process is not ready (wait for ready())")
         shipped: deque[pa.RecordBatch] = deque()  # shipped, not yet answered (to name rows)
         try:
             for batch in islice(batches, AHEAD):
