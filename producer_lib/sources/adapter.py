@@ -157,6 +157,24 @@ def _marks_closed(leave: Callable[..., Awaitable[Any]]) -> Callable[..., Corouti
     return aexit
 
 
+_CONNECTION_LOCKS: dict[int, threading.RLock] = {}
+_CONNECTION_LOCKS_GUARD = threading.Lock()
+
+
+def connection_lock(connection: duckdb.DuckDBPyConnection) -> threading.RLock:
+    """The lock of a DuckDB connection, shared by every reader that stages in it.
+
+    Two runs in one process (a detached run and the one that takes over from it) each have
+    a reader on DuckDB's default connection. DuckDB's Python connection is not safe to use
+    from two threads at once: one run on the event loop and the other in
+    :meth:`SourceAdapter.run_locked`'s worker thread deadlocked, each holding what the other
+    waited for (the GIL, the connection's context lock). A lock per reader did not stop that;
+    one per connection does. Keyed by ``id``: a reused id only shares a lock.
+    """
+    with _CONNECTION_LOCKS_GUARD:
+        return _CONNECTION_LOCKS.setdefault(id(connection), threading.RLock())
+
+
 class SourceAdapter:
     """Base of every reader: loads a source into a DuckDB table and describes it.
 
@@ -164,9 +182,9 @@ class SourceAdapter:
         logger: Where progress and best-effort failures are logged; default: this module's.
         connection: The DuckDB database to stage in; default: DuckDB's process-wide default
             connection, the one ``duckdb.sql(...)`` and the producer use. Staging tables
-            are created in its current database and schema. The adapter uses it one call at
-            a time (a lock shared by the event loop and threads): do not use it from another
-            thread while a load runs.
+            are created in its current database and schema. Readers use it one call at a
+            time (one lock per connection, shared by every reader on it, from the event loop
+            and threads): do not use it from another thread while a load runs.
 
     Use as ``async with Reader(logger) as reader: await reader.load(...)``. A subclass may
     override ``__aenter__``/``__aexit__`` without calling ``super()``: :attr:`is_open`
@@ -188,7 +206,7 @@ class SourceAdapter:
     ) -> None:
         self.logger = logger or _log
         self.connection = connection if connection is not None else default_connection()
-        self._lock = threading.RLock()  # one DuckDB call at a time, from loop or thread
+        self._lock = connection_lock(self.connection)  # one DuckDB call at a time, any reader
         self._table_schema: ValueSchema | None = None
         self._augmented: ValueSchema | None = None
         self._schema_name: tuple[str, str] | None = None
