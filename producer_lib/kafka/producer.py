@@ -39,6 +39,7 @@ from producer_lib.kafka.topics import align_topic_config, data_topic_config, ens
 from producer_lib.schema.row_types import RowType
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 from producer_lib.settings import KafkaSettings
+from producer_lib.staging import connection_lock
 from producer_lib.staging.pk_check import check_keys
 
 __all__ = ["CommitHook", "KafkaProducer", "PendingCommit", "Target"]
@@ -270,11 +271,27 @@ class KafkaProducer(TransactionalProducer):
             SourceError: Duplicate or null keys (the transaction is aborted).
         """
         self._usable()
+        con = self._duckdb if self._duckdb is not None else duckdb.default_connection()
+        with connection_lock(con):  # another run's reader may use con from a worker thread
+            return self._export(
+                con, table_or_query, target, batch_size, row_type, partition, check_keys
+            )
+
+    def _export(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        table_or_query: str,
+        target: Target,
+        batch_size: int,
+        row_type: RowType,
+        partition: int | None,
+        check_keys: bool,
+    ) -> int:
+        """:meth:`produce_from_duckdb`, holding the connection's lock."""
         progress = Progress(f"topic={target.topic} table={target.table}", self._log)
         context = {"topic": getattr(target, "topic", None), "table": getattr(target, "table", None)}
         with self._aborting_on_error(**context):  # bad SQL, columns or keys abort what is open
             self._check_arguments(target, partition, batch_size)
-            con = self._duckdb if self._duckdb is not None else duckdb.default_connection()
             source = relation(con, table_or_query)
             check_columns(source.columns, target)
             if check_keys and not target.key_schema.is_append_only:

@@ -35,7 +35,6 @@ import functools
 import inspect
 import logging
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
@@ -48,7 +47,13 @@ import pyarrow as pa
 from producer_lib.errors import SourceError
 from producer_lib.schema import ValueSchema
 from producer_lib.sources.progress import Progress
-from producer_lib.staging import append_arrow, check_primary_key, create_table, default_connection
+from producer_lib.staging import (
+    append_arrow,
+    check_primary_key,
+    connection_lock,
+    create_table,
+    default_connection,
+)
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -155,24 +160,6 @@ def _marks_closed(leave: Callable[..., Awaitable[Any]]) -> Callable[..., Corouti
             self._open = False
 
     return aexit
-
-
-_CONNECTION_LOCKS: dict[int, threading.RLock] = {}
-_CONNECTION_LOCKS_GUARD = threading.Lock()
-
-
-def connection_lock(connection: duckdb.DuckDBPyConnection) -> threading.RLock:
-    """The lock of a DuckDB connection, shared by every reader that stages in it.
-
-    Two runs in one process (a detached run and the one that takes over from it) each have
-    a reader on DuckDB's default connection. DuckDB's Python connection is not safe to use
-    from two threads at once: one run on the event loop and the other in
-    :meth:`SourceAdapter.run_locked`'s worker thread deadlocked, each holding what the other
-    waited for (the GIL, the connection's context lock). A lock per reader did not stop that;
-    one per connection does. Keyed by ``id``: a reused id only shares a lock.
-    """
-    with _CONNECTION_LOCKS_GUARD:
-        return _CONNECTION_LOCKS.setdefault(id(connection), threading.RLock())
 
 
 class SourceAdapter:

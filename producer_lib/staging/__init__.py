@@ -17,6 +17,7 @@ Delta tables and other extensions load offline from their PyPI packages
 
 from producer_lib.staging.duckdb_stage import (
     append_arrow,
+    connection_lock,
     create_table,
     default_connection,
     describe,
@@ -31,6 +32,7 @@ from producer_lib.staging.pk_check import check_primary_key
 __all__ = [
     "append_arrow",
     "check_primary_key",
+    "connection_lock",
     "create_table",
     "default_connection",
     "describe",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Iterable
 
 import duckdb
@@ -19,6 +20,25 @@ from producer_lib.schema import ValueSchema, value_schema_from_describe
 
 logger = logging.getLogger(__name__)
 _names = itertools.count()
+
+
+_CONNECTION_LOCKS: dict[int, threading.RLock] = {}
+_CONNECTION_LOCKS_GUARD = threading.Lock()
+
+
+def connection_lock(connection: duckdb.DuckDBPyConnection) -> threading.RLock:
+    """The lock of a DuckDB connection, taken by every reader and producer that uses it.
+
+    Two runs in one process (a detached run and the one that takes over from it) each have
+    a reader on DuckDB's default connection, and the producer exports from it. DuckDB's
+    Python connection is not safe to use from two threads at once: one run on the event
+    loop and the other in :meth:`SourceAdapter.run_locked`'s worker thread deadlocked, each
+    holding what the other waited for (the GIL, the connection's context lock), or took the
+    other's query result. A lock per reader did not stop that; one per connection does.
+    Keyed by ``id``: a reused id only shares a lock.
+    """
+    with _CONNECTION_LOCKS_GUARD:
+        return _CONNECTION_LOCKS.setdefault(id(connection), threading.RLock())
 
 
 def default_connection() -> duckdb.DuckDBPyConnection:
