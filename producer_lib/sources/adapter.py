@@ -169,9 +169,10 @@ class SourceAdapter:
         logger: Where progress and best-effort failures are logged; default: this module's.
         connection: The DuckDB database to stage in; default: DuckDB's process-wide default
             connection, the one ``duckdb.sql(...)`` and the producer use. Staging tables
-            are created in its current database and schema. Readers use it one call at a
-            time (one lock per connection, shared by every reader on it, from the event loop
-            and threads): do not use it from another thread while a load runs.
+            are created in its current database and schema. Readers and the producer's
+            exports use it one at a time (:func:`~producer_lib.staging.connection_lock`,
+            from the event loop and threads): do not use it from another thread while a
+            load runs.
 
     Use as ``async with Reader(logger) as reader: await reader.load(...)``. A subclass may
     override ``__aenter__``/``__aexit__`` without calling ``super()``: :attr:`is_open`
