@@ -60,9 +60,21 @@ def table_path(lakehouse: str, name: str) -> str:
 
 def first_log_version(spark: SparkSession, path: str) -> int:
     """The oldest commit file's version in ``_delta_log``."""
+    return min(_log_versions(spark, path), default=0)
+
+
+def last_log_version(spark: SparkSession, path: str) -> int:
+    """The newest commit file's version in ``_delta_log`` (-1: no table there).
+
+    A commit is the atomic creation of its ``<version>.json``, and log clean-up never removes
+    the newest, so this is the table's latest version, whichever engine committed it.
+    """
+    return max(_log_versions(spark, path), default=-1)
+
+
+def _log_versions(spark: SparkSession, path: str) -> list[int]:
     names = _names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
-    versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
-    return min(versions, default=0)
+    return [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
 
 
 def stored_files(spark: SparkSession, path: str) -> int:

@@ -313,15 +313,6 @@ def _latest_snapshot(spark: SparkSession, path: str) -> Any:
     return jvm_delta_log(spark, path).update(False, empty, empty)
 
 
-def latest_version(spark: SparkSession, path: str) -> int:
-    """The table's latest version in its log (-1: no table), read by the JVM's ``DeltaLog``.
-
-    Raises:
-        py4j.protocol.Py4JError: The class is not there (another Delta distribution).
-    """
-    return int(_latest_snapshot(spark, path).version())
-
-
 def no_data_files(spark: SparkSession, path: str) -> bool:
     """True when there is no table at ``path`` or its latest version has no data files.
 
