@@ -10,6 +10,7 @@ import duckdb
 
 from producer_lib.kafka import KafkaProducer
 from producer_lib.kafka._encode_process import EncoderProcess
+from producer_lib.schema import AvroLong, AvroString, ValueSchema
 from producer_lib.settings import KafkaSettings
 
 log = logging.getLogger("test")
@@ -59,3 +60,12 @@ def encoding_settings(bootstrap: str, encoding: str) -> KafkaSettings:
     return KafkaSettings(
         bootstrap_servers=bootstrap, encode_process_after_rows=encode_after_rows(encoding)
     )
+
+
+def notes_schema() -> ValueSchema:
+    """SHOP.NOTES: ``ID`` (primary key) and ``TEXT``, the table of the export error tests."""
+    schema = ValueSchema("NOTES", "SHOP")
+    schema.add_field("ID", AvroLong(), nullable=False)
+    schema.add_field("TEXT", AvroString())
+    schema.add_primary_key("ID")
+    return schema

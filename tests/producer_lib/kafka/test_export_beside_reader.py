@@ -16,20 +16,12 @@ import threading
 import duckdb
 import pytest
 
-from producer_lib.schema import AvroLong, AvroString, KeySchema, RowType, ValueSchema
+from producer_lib.schema import KeySchema, RowType
 from producer_lib.sources import SourceAdapter
 from tests.support.consume import consume_all
-from tests.support.producers import shop_producer
+from tests.support.producers import notes_schema, shop_producer
 
 ROWS = 60_000
-
-
-def _schema() -> ValueSchema:
-    schema = ValueSchema("NOTES", "SHOP")
-    schema.add_field("ID", AvroLong(), nullable=False)
-    schema.add_field("TEXT", AvroString())
-    schema.add_primary_key("ID")
-    return schema
 
 
 @pytest.mark.kafka
@@ -48,7 +40,7 @@ def test_an_export_and_a_readers_worker_thread_on_one_connection_both_finish(
 
     async def both() -> tuple[int, int]:
         with shop_producer(kafka_bootstrap, con) as producer:
-            target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
+            target = producer.add_target(topic, "NOTES", KeySchema(notes_schema()), notes_schema())
             work = asyncio.ensure_future(other_run.run_locked(many_queries))
             await asyncio.sleep(0)  # the worker thread starts its queries
             rows = producer.produce_from_duckdb("NOTES", target, 500, RowType.REPLACE)

@@ -10,21 +10,13 @@ from pydantic import SecretStr
 
 from producer_lib.errors import KafkaUnavailable, ProduceError
 from producer_lib.kafka.transactions import ConnectionRefused, classify_startup_errors
-from producer_lib.schema import AvroLong, AvroString, KeySchema, RowType, ValueSchema
+from producer_lib.schema import KeySchema, RowType
 from producer_lib.settings import KafkaSettings
 from tests.support.consume import consume_all
-from tests.support.producers import shop_producer
+from tests.support.producers import notes_schema, shop_producer
 
 log = logging.getLogger("test")
 PASSWORD = "pw-Zq81-never-shown"
-
-
-def _schema() -> ValueSchema:
-    schema = ValueSchema("NOTES", "SHOP")
-    schema.add_field("ID", AvroLong(), nullable=False)
-    schema.add_field("TEXT", AvroString())
-    schema.add_primary_key("ID")
-    return schema
 
 
 @pytest.mark.kafka
@@ -39,7 +31,7 @@ def test_a_row_over_message_max_bytes_is_named_with_its_size(kafka_bootstrap, ne
         bootstrap_servers=kafka_bootstrap, overrides={"message.max.bytes": 20_000}
     )
     with shop_producer(settings, con) as producer:
-        target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
+        target = producer.add_target(topic, "NOTES", KeySchema(notes_schema()), notes_schema())
         with pytest.raises(ProduceError, match="over message.max.bytes=20,000") as info:
             producer.produce_from_duckdb("NOTES", target, 100, RowType.REPLACE)
         producer.abort()
@@ -158,7 +150,7 @@ def test_a_message_the_topic_refuses_names_topic_table_and_limit(kafka_bootstrap
     )
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, overrides={"linger.ms": 0})
     with shop_producer(settings, con) as producer:
-        target = producer.add_target(topic, "NOTES", KeySchema(_schema()), _schema())
+        target = producer.add_target(topic, "NOTES", KeySchema(notes_schema()), notes_schema())
         producer.produce_from_duckdb("NOTES", target, 10, RowType.REPLACE, partition=0)
         with pytest.raises(ProduceError, match="topic's max.message.bytes") as info:
             producer.commit()
