@@ -99,8 +99,8 @@ def _wait_for(cluster: SparkCluster, workers: int, timeout_s: float) -> None:
         try:
             if cluster.alive_workers() >= workers:
                 return
-        except OSError:
-            pass  # the master's UI is not up yet
+        except (OSError, ValueError):  # ValueError: an HTML page where /json/ will be
+            pass  # the master's UI is not up yet, or not all its pages are
         time.sleep(1)
     logs = "\n".join(
         f"== {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:])
