@@ -168,7 +168,7 @@ def apply_batch(
             )
     with steps("purge"):
         purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table, batch_id)
-    version = _version(spark, table.path)
+    version = last_log_version(spark, table.path)
     log.info(
         "batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s small=%s "
         "version=%d steps=%s",
@@ -565,7 +565,9 @@ def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
     whose latest version has no data files (its checksum says so): log lookups. Otherwise a
     Spark job looks.
     """
-    if (table.created and _version(spark, table.path) == 0) or no_data_files(spark, table.path):
+    if (table.created and last_log_version(spark, table.path) == 0) or no_data_files(
+        spark, table.path
+    ):
         return True
     return bool(spark.read.format("delta").load(table.path).isEmpty())
 
@@ -588,16 +590,6 @@ def _purge(spark: SparkSession, table: TableInfo, batch_id: int) -> bool:
         batch_id,
     )
     return True
-
-
-def _version(spark: SparkSession, path: str) -> int:
-    """The table's latest Delta version, whichever engine wrote it (Spark or delta-rs).
-
-    The newest commit file in ``_delta_log`` (one listing). The JVM's ``DeltaLog.update``
-    gave the same answer in 0.2-0.4 s a table after a delta-rs commit: with no checksum
-    file to read, it rebuilt the snapshot's protocol and metadata from the log.
-    """
-    return last_log_version(spark, path)
 
 
 def _timestamp(truncate: Truncate) -> Column:
