@@ -92,6 +92,39 @@ def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     assert narrower.columns["REVENUE$"].simpleString() == "bigint"
 
 
+def test_table_metadata_by_delta_rs_and_by_the_jvm_agree(spark, tmp_path):
+    """The writer reads a local table's metadata by delta-rs; it must be what Delta's is."""
+    from deltalake import write_deltalake
+
+    from lakehouse_writer.tables import delta_rs_table_metadata, jvm_table_metadata
+
+    tables = TableManager(spark, str(tmp_path))
+    mapped = tables.ensure(_schema(extra=True))  # column mapping for "NEW COL"
+    given = spark.sql(
+        "SELECT 1L AS ID, 'I' AS __change_type, current_timestamp() AS __change_time, "
+        "'test' AS __source_system"
+    )
+    rows = conform(given, mapped).toArrow()
+    write_deltalake(mapped.path, rows, mode="append")  # no checksum file for the JVM
+    other = TableManager(spark, str(tmp_path / "other"))
+    other.ensure(_schema(AvroShort()))
+    widened = other.ensure(_schema(AvroLong()))  # typeWidening
+    for info in (mapped, widened):
+        by_rust = delta_rs_table_metadata(info.path)
+        assert by_rust is not None
+        assert by_rust == jvm_table_metadata(spark, info.path)
+        properties, struct = by_rust
+        assert properties["flow.primary_keys"] == '["ID"]'
+        read = spark.read.format("delta").load(info.path).schema
+        assert [(f.name, f.dataType) for f in struct.fields] == [
+            (f.name, f.dataType) for f in read.fields
+        ]
+    assert delta_rs_table_metadata(mapped.path)[0]["delta.columnMapping.mode"] == "name"
+    again = TableManager(spark, str(tmp_path)).ensure(_schema(extra=True))
+    assert (again.keys, again.columns) == (mapped.keys, mapped.columns)
+    assert widened.columns["REVENUE$"].simpleString() == "bigint"
+
+
 def test_incompatible_change_raises_for_that_table(spark, tmp_path):
     tables = TableManager(spark, str(tmp_path))
     tables.ensure(_schema(AvroInt()))
