@@ -1,7 +1,7 @@
 """Benchmark: the lakehouse writer over many small tables (a whole source system).
 
 Run: ``.venv/bin/python bench/tables.py [--tables N] [--rows R] [--partitions P]
-[--latency-seconds S] [--event-log DIR] [--verbose]``
+[--latency-seconds S] [--event-log DIR] [--conf KEY=VALUE] [--verbose]``
 
 N tables (default 100) of R rows (default 2,000), each with its own value schema and its own
 topic (P partitions, default 1), go through the real producer (``KafkaProducer``) to the
@@ -26,8 +26,9 @@ updated 10 and deleted 2 in each. ``steps_*``: the writer's own seconds per step
     ends counts with the time it waited (``latency_not_visible`` says how many: the
     percentiles are then lower bounds).
 
-``--event-log DIR`` keeps Spark's event log there (which jobs a table's apply runs). The
-broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker. Figures go to
+``--event-log DIR`` keeps Spark's event log there (which jobs a table's apply runs);
+``--conf KEY=VALUE`` sets a Spark setting of the writer's session, to compare settings (the
+result names them). The broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker. Figures go to
 ``docs/PERFORMANCE.md``. Last line: ``RESULT {json}``.
 """
 
@@ -332,11 +333,9 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         producer = KafkaProducer(
             "BENCH", f"bench_tables_{tag}", "bench", "bench", kafka, duckdb_connection=con
         )
-        conf = (
-            {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log}
-            if args.event_log
-            else {}
-        )
+        conf = dict(item.split("=", 1) for item in args.conf)
+        if args.event_log:
+            conf |= {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log}
         started = time.perf_counter()
         spark = build_spark_session(app_name="bench-tables", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
@@ -399,6 +398,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         "tables": args.tables,
         "rows_per_table": args.rows,
         "partitions": args.partitions,
+        "conf": dict(item.split("=", 1) for item in args.conf),
         "s_per_table_initial": round(result["initial_drain_s"] / args.tables, 3),
         "s_per_table_delta": round(result["delta_drain_s"] / args.tables, 3),
         "load_avg_1m_before": round(load_before, 2),
@@ -430,6 +430,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--event-log", default=None, help="keep Spark's event log in this dir")
     parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the writer's session (repeatable), to compare settings",
+    )
+    parser.add_argument(
         "--verbose",
         action="store_true",
         help="log the writer's own lines (per batch and table, with times)",
@@ -437,6 +444,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.tables < 1 or args.rows < 100:
         parser.error("--tables must be at least 1 and --rows at least 100")
+    if any("=" not in item for item in args.conf):
+        parser.error("--conf takes KEY=VALUE")
     return args
 
 
