@@ -28,8 +28,8 @@ updated 10 and deleted 2 in each. ``steps_*``: the writer's own seconds per step
 
 ``--event-log DIR`` keeps Spark's event log there (which jobs a table's apply runs);
 ``--conf KEY=VALUE`` sets a Spark setting of the writer's session, to compare settings (the
-result names them). The broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker. Figures go to
-``docs/PERFORMANCE.md``. Last line: ``RESULT {json}``.
+result names them). The broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker.
+Figures go to ``docs/PERFORMANCE.md``. Last line: ``RESULT {json}``.
 """
 
 from __future__ import annotations
