@@ -326,6 +326,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     topics = [f"{prefix}{i:04d}" for i in range(args.tables)]
     kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_partitions=args.partitions)
     load_before = os.getloadavg()[0]
+    settings_given = dict(item.split("=", 1) for item in args.conf)  # --conf
     steps = StepTimes()
     logging.getLogger("lakehouse_writer").addHandler(steps)
     with tempfile.TemporaryDirectory(prefix="bench_tables_") as work:
@@ -333,7 +334,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         producer = KafkaProducer(
             "BENCH", f"bench_tables_{tag}", "bench", "bench", kafka, duckdb_connection=con
         )
-        conf = dict(item.split("=", 1) for item in args.conf)
+        conf = dict(settings_given)
         if args.event_log:
             conf |= {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log}
         started = time.perf_counter()
@@ -398,7 +399,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         "tables": args.tables,
         "rows_per_table": args.rows,
         "partitions": args.partitions,
-        "conf": dict(item.split("=", 1) for item in args.conf),
+        "conf": settings_given,
         "s_per_table_initial": round(result["initial_drain_s"] / args.tables, 3),
         "s_per_table_delta": round(result["delta_drain_s"] / args.tables, 3),
         "load_avg_1m_before": round(load_before, 2),

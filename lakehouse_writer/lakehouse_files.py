@@ -68,8 +68,8 @@ def last_log_version(spark: SparkSession, path: str) -> int:
 
     A commit is the atomic creation of its ``<version>.json``, and log clean-up never removes
     the newest, so this is the table's latest version, whichever engine committed it. The
-    JVM's ``DeltaLog.update`` gave the same answer in 0.2-0.4 s a table after a delta-rs
-    commit: with no checksum file to read, it rebuilt the snapshot from the log.
+    JVM's ``DeltaLog.update`` gives the same answer, but after a delta-rs commit (no checksum
+    file) it rebuilds the snapshot from the log first.
     """
     return max(_log_versions(spark, path), default=-1)
 

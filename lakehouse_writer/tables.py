@@ -337,11 +337,11 @@ def no_data_files(spark: SparkSession, path: str) -> bool:
 def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], StructType]:
     """The table's properties and schema (logical column names), as of its latest version.
 
-    A local table is read by delta-rs (milliseconds). The JVM's ``DeltaLog`` would take
-    0.2-0.4 s a table after a delta-rs commit, whose missing checksum file makes it rebuild
-    the snapshot's metadata from the log with a Spark job. Other tables, and a local one
-    delta-rs cannot read, are read from the ``DeltaLog``; where that class is not there
-    (another Delta distribution), from ``detail()`` and the read schema (a Spark job).
+    A local table is read by delta-rs: after a delta-rs commit there is no checksum file, and
+    the JVM's ``DeltaLog`` would rebuild the snapshot's metadata from the log with a Spark
+    job (figures: ``docs/PERFORMANCE.md``). Other tables, and a local one delta-rs cannot
+    read, are read from the ``DeltaLog``; where that class is not there (another Delta
+    distribution), from ``detail()`` and the read schema (a Spark job).
     """
     if is_local(path):
         found = delta_rs_table_metadata(path)
