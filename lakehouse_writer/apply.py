@@ -319,7 +319,7 @@ def _merge_or_append(
         # A reload rarely repeats a key: its rows are appended as they are, on condition
         # that no key repeats (checked first); else the last per key.
         version = txn.txn_version(batch_id, txn.STEP_ROWS)
-        if small is not None and small.append(conform(rows, table), table, app_id, version):
+        if small is not None and small.append(conform(rows, table).toArrow, table, app_id, version):
             return True
         if not _append(rows, table, app_id, batch_id, lambda: unique_keys(rows, table.keys)):
             _append(latest_per_key(rows, table.keys), table, app_id, batch_id)
@@ -527,7 +527,7 @@ def _merge(
     source = conform(latest, table, extra=(ACTION, BASE_TIME))
     if small is not None:
         rules = _clauses(table, DATAFUSION, key_range)
-        if small.merge(source, table, rules, app_id, version):
+        if small.merge(source.toArrow, table, rules, app_id, version):
             return
     clauses = _clauses(table, SPARK)
     on = F.expr(clauses.on)

@@ -185,26 +185,9 @@ def _agreement(value: Column, schema: ValueSchema, ref: KeySchemaRef, key: Colum
     from pyspark.sql import functions as F
 
     table, tag = _table(schema), _tag(ref.header)
-    fields = _key_fields(ref)
-    if isinstance(fields, str):
-        return F.lit(f"Kafka key of table {table} does not fit its writer schema ({tag}): {fields}")
-    wanted = list(schema.pks) or [CHANGE_TIME]
-    names = [f.name for f in fields]
-    if names != wanted:
-        return F.lit(
-            f"Kafka key of table {table} holds the fields {names} ({tag}); the "
-            f"value's key fields are {wanted}"
-        )
-    pairs = []
-    for key_field in fields:
-        value_field = schema.fields.get(key_field.name) or _TECHNICAL[key_field.name]
-        if key_field.type.to_avro() != value_field.type.to_avro():
-            return F.lit(
-                f"Kafka key of table {table}: key field {key_field.name} is "
-                f"{json.dumps(key_field.type.to_avro())} in the key ({tag}) but "
-                f"{json.dumps(value_field.type.to_avro())} in the value"
-            )
-        pairs.append((key_field, value_field))
+    pairs = key_pairs(schema, ref)
+    if isinstance(pairs, str):
+        return F.lit(pairs)
     broken = key.isNull()
     for key_field, _ in pairs:
         broken = broken | key.getField(key_field.avro_name).isNull()  # key fields are not null
@@ -227,6 +210,36 @@ def _agreement(value: Column, schema: ValueSchema, ref: KeySchemaRef, key: Colum
     return F.when(
         broken, F.lit(f"Kafka key of table {table} does not decode with its writer schema ({tag})")
     ).when(F.coalesce(*differences).isNotNull(), disagree)
+
+
+def key_pairs(schema: ValueSchema, ref: KeySchemaRef) -> list[tuple[AvroField, AvroField]] | str:
+    """(key field, value field) of each field of the key schema ``ref``, in key order.
+
+    Or why no key framed with ``ref`` can agree with a value of ``schema``: it is not a key
+    record, holds other fields than the value's key fields, or another type for one.
+    """
+    table, tag = _table(schema), _tag(ref.header)
+    fields = _key_fields(ref)
+    if isinstance(fields, str):
+        return f"Kafka key of table {table} does not fit its writer schema ({tag}): {fields}"
+    wanted = list(schema.pks) or [CHANGE_TIME]
+    names = [f.name for f in fields]
+    if names != wanted:
+        return (
+            f"Kafka key of table {table} holds the fields {names} ({tag}); the "
+            f"value's key fields are {wanted}"
+        )
+    pairs = []
+    for key_field in fields:
+        value_field = schema.fields.get(key_field.name) or _TECHNICAL[key_field.name]
+        if key_field.type.to_avro() != value_field.type.to_avro():
+            return (
+                f"Kafka key of table {table}: key field {key_field.name} is "
+                f"{json.dumps(key_field.type.to_avro())} in the key ({tag}) but "
+                f"{json.dumps(value_field.type.to_avro())} in the value"
+            )
+        pairs.append((key_field, value_field))
+    return pairs
 
 
 def _key_fields(ref: KeySchemaRef) -> list[AvroField] | str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable
-    from pyspark.sql import DataFrame
 
     from lakehouse_writer.merge import MergeClauses
     from lakehouse_writer.tables import TableInfo
@@ -62,6 +62,19 @@ MAX_FAILURES = 3  # writes of a table delta-rs may fail before Spark takes them 
 _LEGACY_WRITER_VERSION = 5  # protocols up to (2, 5) name no features; 5 is column mapping
 
 
+@dataclass(frozen=True)
+class TableLook:
+    """A table as delta-rs sees it now (:meth:`SmallChanges.look`).
+
+    Attributes:
+        done: The last version of an app id the table holds (None: none).
+        empty: True when the table holds no data file.
+    """
+
+    done: int | None
+    empty: bool
+
+
 class SmallChanges:
     """Merges of few rows, done by delta-rs (see the module docstring).
 
@@ -84,9 +97,17 @@ class SmallChanges:
             return table.path not in self._refused
 
     def merge(
-        self, source: DataFrame, table: TableInfo, clauses: MergeClauses, app_id: str, version: int
+        self,
+        source: Callable[[], pa.Table],
+        table: TableInfo,
+        clauses: MergeClauses,
+        app_id: str,
+        version: int,
     ) -> bool:
-        """MERGE ``source`` into ``table`` once as (``app_id``, ``version``).
+        """MERGE the rows ``source`` gives into ``table`` once as (``app_id``, ``version``).
+
+        ``source`` is called only when the MERGE is to be done (a replay does not need the
+        rows): ``DataFrame.toArrow`` of Spark's rows, say.
 
         Returns:
             True when the table holds the MERGE (done now, or by an earlier run of the same
@@ -94,7 +115,7 @@ class SmallChanges:
         """
 
         def write(target: DeltaTable, commit: CommitProperties) -> int:
-            rows = source.toArrow()
+            rows = source()
             (
                 target.merge(
                     rows, clauses.on, source_alias="s", target_alias="t", commit_properties=commit
@@ -109,8 +130,10 @@ class SmallChanges:
 
         return self._write(table, app_id, version, "merge", write)
 
-    def append(self, rows: DataFrame, table: TableInfo, app_id: str, version: int) -> bool:
-        """Append ``rows`` (the table's columns) once as (``app_id``, ``version``).
+    def append(
+        self, rows: Callable[[], pa.Table], table: TableInfo, app_id: str, version: int
+    ) -> bool:
+        """Append the rows ``rows`` gives (the table's columns) once as (``app_id``, ``version``).
 
         A reload into an empty table: nothing is written when a key repeats (the caller then
         appends the last row per key).
@@ -123,13 +146,20 @@ class SmallChanges:
         from deltalake import write_deltalake
 
         def write(target: DeltaTable, commit: CommitProperties) -> int | None:
-            data = rows.toArrow()
+            data = rows()
             if _repeats(data, table.keys):
                 return None
             write_deltalake(target, data, mode="append", commit_properties=commit)
             return data.num_rows
 
         return self._write(table, app_id, version, "append", write)
+
+    def look(self, table: TableInfo, app_id: str) -> TableLook | None:
+        """What ``table`` holds for ``app_id``, from its delta-rs handle; None: not writable."""
+        target = self._table(table)
+        if target is None:
+            return None
+        return TableLook(target.transaction_version(app_id), not target.file_uris())
 
     def _write(
         self,
