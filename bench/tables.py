@@ -16,7 +16,7 @@ timing; its start is reported apart as ``spark_start_s``):
 
 After each drain every table's Delta log is checked: (a) wrote R rows into each table, (b)
 updated 10 and deleted 2 in each. ``steps_*``: the writer's own seconds per step of a batch
-(scan, decode, apply, system, state), summed over the batches of the drain.
+(scan, small, decode, apply, system, state), summed over the batches of the drain.
 
 (c) a steady stream: for S seconds (default 60; 0 skips it) a transaction a second, each
     updating 10 rows in each of 10 tables drawn at random, while a continuous writer (1 s

@@ -49,6 +49,7 @@ from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
 from lakehouse_writer.scheduled import ScheduledMaintenance
 from lakehouse_writer.session import require_classic
 from lakehouse_writer.small import SmallChanges
+from lakehouse_writer.small_tables import SmallTables
 from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
 from lakehouse_writer.status import BatchStats, lag_of, record_lag, write_status
 from lakehouse_writer.storage import CheckpointFiles
@@ -177,6 +178,9 @@ class BatchProcessor:
         self._truncates = TruncateLog(
             spark, f"{self._lake}/{STATE}", f"{self._lake}/{LEGACY_TRUNCATES}"
         )
+        self._small_tables = SmallTables(  # few rows: applied in the driver, no Spark job
+            spark, self._small, self._tables, self._catalog, self._truncates, instance_id
+        )
         self._gate = threading.Lock()
         self._closed = False
         self.refused = False
@@ -288,7 +292,8 @@ class BatchProcessor:
                     rows = self._spark.createDataFrame([], plan.source.schema)
                     found = BatchScan(rows)
                 else:
-                    found = scan(rows, expected, self._system_topics)
+                    scanned = self._small_tables.scanned(expected, plan.ranges)
+                    found = scan(rows, scanned, self._system_topics)
             except BaseException:
                 if reload is not None:
                     reload.discard()
@@ -349,6 +354,18 @@ class BatchProcessor:
             if data_topics:
                 data = batch.frame.filter(F.col("topic").isin(*data_topics))
                 tags = set().union(*(headers[t] for t in data_topics))
+                with steps("small"):
+                    small = self._small_tables.apply(
+                        data,
+                        {h: n for h, n in batch.found.rows.items() if h is not None},
+                        batch.found.decoded.keys(),
+                        stopped,
+                        batch_id,
+                        applier,
+                        busy=None if batch.reload is None else batch.reload.info.ref,
+                    )
+                results += [self._record(r, changes) for r in small.results]
+                tags -= small.headers
                 with steps("decode"):
                     decoded = decode_batch(
                         data,

@@ -76,12 +76,14 @@ class BatchScan:
             ``value`` (null where the row decoded) and one ``__r<i>`` per expected schema.
         offsets: Highest offset per (topic, partition).
         headers: Headers seen per topic (None: rows without one).
+        rows: Rows per header of the data topics (None: rows without one).
         decoded: Per header decoded here, its rows (:class:`Decoded`).
     """
 
     frame: DataFrame
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     headers: dict[str, set[bytes | None]] = field(default_factory=dict)
+    rows: dict[bytes | None, int] = field(default_factory=dict)
     decoded: dict[bytes, Decoded] = field(default_factory=dict)
 
 
@@ -131,6 +133,8 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         found.offsets[key] = max(int(g["o"]), found.offsets.get(key, -1))
         head = None if g[HEADER] is None else bytes(g[HEADER])
         found.headers.setdefault(g["topic"], set()).add(head)
+        if g["topic"] not in system:
+            found.rows[head] = found.rows.get(head, 0) + int(g["n"])
     for i, e in enumerate(expected):
         mine = [
             g

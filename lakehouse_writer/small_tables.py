@@ -1,0 +1,505 @@
+"""The small tables of a batch, applied in the driver: decoded by fastavro, merged by delta-rs.
+
+A source system's delta load touches hundreds of tables with a few rows each. Through Spark,
+each of them costs a decode job, a summary job and some twenty analyzed DataFrame operations
+before delta-rs merges its few rows: the plans, not the rows, were the batch's time
+(``docs/PERFORMANCE.md``). :class:`SmallTables` takes such tables off Spark's path:
+
+1. The scan does not decode the topics with at most ``max_rows`` messages in the batch
+   (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch.
+2. One Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`).
+3. Per table, fastavro decodes the values and the keys, and every key must agree with its
+   value (:mod:`lakehouse_writer.keys`).
+4. The row rules of :mod:`lakehouse_writer.apply`, for the shapes taken here: upserts and
+   deletes (I, U, A, R, D, X) and BEFORE images (B: the delete of the old key when their
+   UPDATE moved it), the last row per key by (change time, partition, offset), rows covered
+   by earlier TRUNCATEs dropped; and a reload (whole-table TRUNCATEs, then upserts not older
+   than them) into a table that holds no rows.
+5. delta-rs merges or appends the rows as the batch's (app id, version) through
+   :class:`~lakehouse_writer.small.SmallChanges`: a replay of the batch is a no-op for either
+   engine.
+
+Anything else leaves the table to Spark's path, untouched: a row that does not decode, a key
+that disagrees, other row types (ARCHIVE, GDPR deletes), a TRUNCATE over stored rows or with
+a scope, a value Arrow cannot take as the column's type, a table delta-rs cannot write or
+fails to. Spark then decodes and applies the same rows, with its rules, errors and
+rejections. A table is applied here whole or not at all.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer import txn
+from lakehouse_writer.apply import UPSERT_TYPES, ApplyResult
+from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.framing import HEADER, header_length, header_tag
+from lakehouse_writer.keys import KeySchemaRef, candidates, key_pairs
+from lakehouse_writer.lakehouse_files import last_log_version
+from lakehouse_writer.merge import ACTION, BASE_TIME, DATAFUSION, merge_clauses
+from lakehouse_writer.read import resolve
+from lakehouse_writer.tables import TableInfo, TableRef
+from lakehouse_writer.truncate import Truncate, distinct_truncates
+from producer_lib.errors import SchemaError
+from producer_lib.schema import ValueSchema
+from producer_lib.schema.value_schema import TECHNICAL_FIELD_NAMES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakehouse_writer.catalog import SchemaCatalog
+    from lakehouse_writer.parallel import TableApplier
+    from lakehouse_writer.ranges import OffsetRanges
+    from lakehouse_writer.scan import Expected
+    from lakehouse_writer.small import SmallChanges
+    from lakehouse_writer.tables import TableManager
+    from lakehouse_writer.truncate import TruncateLog
+
+log = logging.getLogger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+_DELETES = ("D", "X")  # a GDPR delete (G) also purges and marks the table: Spark's path
+_TAKEN_TYPES = frozenset({*UPSERT_TYPES, *_DELETES, "B", "T"})
+
+
+@dataclass
+class Taken:
+    """What :meth:`SmallTables.apply` did.
+
+    Attributes:
+        results: One per table applied here.
+        headers: The headers whose rows are applied here (Spark's path leaves them).
+    """
+
+    results: list[ApplyResult] = field(default_factory=list)
+    headers: set[bytes] = field(default_factory=set)
+
+
+class Unfit(Exception):
+    """A table is not applied here; the message says why (Spark's path applies it)."""
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A small table of the batch, before its rows are read."""
+
+    ref: TableRef
+    header: bytes
+    schema_json: str
+    schema: ValueSchema
+    keys: tuple[KeySchemaRef, ...]
+    info: TableInfo
+    applied: list[Truncate]  # TRUNCATEs of earlier batches
+
+
+class SmallTables:
+    """Applies the small tables of a batch in the driver (see the module docstring).
+
+    Args:
+        spark: The batch's session (for the one job that collects the rows).
+        small: delta-rs's merges; its ``max_rows`` is the most rows a table may have here
+            (0 turns this off).
+        tables: Creates and evolves the tables.
+        catalog: Where the writer schemas come from.
+        truncates: The TRUNCATEs of earlier batches.
+        instance_id: The writer instance (Delta's txnAppId).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        small: SmallChanges,
+        tables: TableManager,
+        catalog: SchemaCatalog,
+        truncates: TruncateLog,
+        instance_id: str,
+    ) -> None:
+        self._spark = spark
+        self._small = small
+        self._tables = tables
+        self._catalog = catalog
+        self._truncates = truncates
+        self._instance = instance_id
+        self._parsed: dict[str, Any] = {}  # schema JSON -> fastavro's parsed schema
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows of one table applied here; 0: none."""
+        return self._small.max_rows
+
+    def scanned(self, expected: list[Expected], ranges: OffsetRanges | None) -> list[Expected]:
+        """The expected schemas the scan is to decode: those of the batch's large topics.
+
+        A topic with at most :attr:`max_rows` messages in the batch (``ranges``: its offset
+        ranges) holds only small tables; their rows are decoded here. All of ``expected``
+        when the ranges are not known.
+        """
+        if not self.max_rows or ranges is None:
+            return expected
+        spans: dict[str, int] = {}
+        for (topic, _), (first, end) in ranges.items():
+            spans[topic] = spans.get(topic, 0) + end - first
+        return [e for e in expected if spans.get(e.entry.topic or "", 0) > self.max_rows]
+
+    def apply(
+        self,
+        data: DataFrame,
+        rows: Mapping[bytes, int],
+        decoded: Collection[bytes],
+        stopped: Collection[str],
+        batch_id: int,
+        applier: TableApplier,
+        busy: TableRef | None = None,
+    ) -> Taken:
+        """Apply the tables of the batch that are small and take no Spark (see above).
+
+        Args:
+            data: The cached batch's rows of data topics (raw ``key``/``value`` where the
+                scan did not decode them).
+            rows: Rows per header in ``data``.
+            decoded: Headers the scan decoded (their tables stay on Spark's path).
+            stopped: Tables stopped by a schema error (Spark's path rejects their rows).
+            batch_id: The micro-batch.
+            applier: Runs the tables' work several at a time.
+            busy: A table another step applies in this batch (the reload's), left alone.
+        """
+        taken = Taken()
+        if not self.max_rows:
+            return taken
+        started = time.monotonic()
+        small = self._small_tables(rows, decoded, stopped, busy, applier)
+        if not small:
+            return taken
+        raw = self._collect(data, [t.header for t in small])
+        outcomes = applier.map(
+            lambda t, _: self._apply_one(t, raw.get(t.header, []), batch_id), small
+        )
+        left: dict[str, str] = {}
+        for outcome in outcomes:
+            if isinstance(outcome.error, Unfit):
+                left[outcome.item.ref.qualified] = str(outcome.error)
+            elif outcome.error is not None:
+                raise outcome.error
+            else:
+                assert outcome.result is not None
+                taken.results.append(outcome.result)
+                taken.headers.add(outcome.item.header)
+        for table, reason in sorted(left.items()):
+            log.info(
+                "small table left to Spark table=%s batch=%d reason=%s", table, batch_id, reason
+            )
+        log.info(
+            "small tables applied batch=%d tables=%d rows=%d left_to_spark=%d seconds=%.3f",
+            batch_id,
+            len(taken.results),
+            sum(sum(r.rows.values()) for r in taken.results),
+            len(left),
+            time.monotonic() - started,
+        )
+        return taken
+
+    def _small_tables(
+        self,
+        rows: Mapping[bytes, int],
+        decoded: Collection[bytes],
+        stopped: Collection[str],
+        busy: TableRef | None,
+        applier: TableApplier,
+    ) -> list[_Table]:
+        """The batch's tables that may be applied here, made or evolved for their rows.
+
+        A table qualifies when one writer schema gives all its rows in the batch, the scan
+        did not decode them, it has a primary key and no nested payload column, is not
+        stopped or ``busy``, and :class:`~lakehouse_writer.small.SmallChanges` takes its row
+        count.
+        """
+        tags = {header_tag(h): h for h in rows}
+        headers_of: dict[TableRef, list[bytes]] = {}
+        found: dict[bytes, tuple[str, ValueSchema, str | None]] = {}
+        for tag, entry in resolve(set(tags), self._catalog).items():
+            try:
+                schema = ValueSchema.from_avro_json(entry.schema_json)
+            except SchemaError:
+                continue  # Spark's path rejects its rows
+            ref = TableRef.of(schema)
+            headers_of.setdefault(ref, []).append(tags[tag])
+            found[tags[tag]] = (entry.schema_json, schema, entry.topic)
+        chosen = [
+            (ref, headers[0])
+            for ref, headers in headers_of.items()
+            if len(headers) == 1
+            and headers[0] not in decoded
+            and rows[headers[0]] <= self.max_rows
+            and found[headers[0]][1].pks
+            and ref.qualified not in stopped
+            and ref != busy
+        ]
+        self._tables.ensure_all([found[h][1] for _, h in chosen], applier)
+        small = []
+        for ref, header in chosen:
+            schema_json, schema, topic = found[header]
+            try:
+                info = self._tables.ensure(schema)
+            except LakehouseWriterError:
+                continue  # Spark's path reports it (and stops the table)
+            if info.keys and _plain(info) and self._small.takes(info, rows[header]):
+                keys = candidates(schema, self._catalog.key_schemas(topic))
+                applied = self._truncates.of(ref.qualified)
+                small.append(_Table(ref, header, schema_json, schema, keys, info, applied))
+        return small
+
+    def _collect(self, data: DataFrame, headers: list[bytes]) -> dict[bytes, list[dict[str, Any]]]:
+        """The raw rows of ``headers``, by header: one Spark job."""
+        from pyspark.sql import functions as F
+
+        frame = data.filter(F.col(HEADER).isin(*headers)).select(
+            "partition", "offset", "key", "value", HEADER
+        )
+        by_header: dict[bytes, list[dict[str, Any]]] = {}
+        for row in frame.toArrow().to_pylist():
+            by_header.setdefault(bytes(row[HEADER]), []).append(row)
+        return by_header
+
+    def _apply_one(self, table: _Table, raw: list[dict[str, Any]], batch_id: int) -> ApplyResult:
+        """Decode, check and apply one table's rows; :class:`Unfit` when Spark is to."""
+        info = table.info
+        app_id = txn.app_id_for(self._instance, table.ref.qualified)
+        look = self._small.look(info, app_id)
+        if look is None:
+            raise Unfit("delta-rs cannot write the table")
+        rows = self._decode(table, raw)
+        counts = Counter(r["__change_type"] for r in rows)
+        truncates = _truncates_of(rows)
+        version = txn.txn_version(batch_id, txn.STEP_ROWS)
+        if look.done is not None and look.done >= txn.txn_version(batch_id, 0):
+            if look.done < version:
+                raise Unfit("Spark applied part of the batch to the table before")
+            log.info("small table skipped table=%s batch=%d: applied (replay)", info.ref, batch_id)
+            return self._result(info, counts, truncates, reload=False)
+        kept = _kept(table.applied, [r for r in rows if r["__change_type"] != "T"])
+        reload = bool(truncates)
+        if reload:
+            _check_reload(truncates, kept, look.empty)
+        latest = _latest_per_key(_moved_keys(kept, info.keys), info.keys)
+        if reload:
+            done = not latest or self._small.append(
+                lambda: _arrow(latest, info, actions=False), info, app_id, version
+            )
+        else:
+            key_range = _key_range(latest, info.keys[0])
+            clauses = merge_clauses(
+                list(info.columns), info.keys, TECHNICAL_FIELD_NAMES, DATAFUSION, key_range
+            )
+            done = self._small.merge(
+                lambda: _arrow(latest, info, actions=True), info, clauses, app_id, version
+            )
+        if not done:
+            raise Unfit("delta-rs did not write the rows")
+        return self._result(info, counts, truncates, reload)
+
+    def _decode(self, table: _Table, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows by column name, with ``partition``/``offset``; keys checked."""
+        from fastavro import schemaless_reader
+
+        parsed = self._parse(table.schema_json)
+        keys = [
+            (ref, key_pairs(table.schema, ref), self._parse(ref.schema_json)) for ref in table.keys
+        ]
+        skip = header_length(header_tag(table.header))
+        fields = [(f.name, f.avro_name) for f in table.schema.fields.values()]
+        rows = []
+        for r in raw:
+            where = f"partition {r['partition']}, offset {r['offset']}"
+            try:
+                value: Any = schemaless_reader(io.BytesIO(r["value"][skip:]), parsed, None)
+            except Exception as exc:  # fastavro raises what the bytes happen to trip
+                raise Unfit(f"a value does not decode ({where}): {exc!r}") from exc
+            change = value.get("__change_type") if isinstance(value, dict) else None
+            if change not in _TAKEN_TYPES:
+                raise Unfit(f"row type {change!r} ({where})")
+            _check_key(r["key"], value, keys, where)
+            row = {name: value.get(avro) for name, avro in fields}
+            row.update({name: value.get(name) for name in TECHNICAL_FIELD_NAMES})
+            row["__order"] = (_micros(value["__change_time"]), r["partition"], r["offset"])
+            rows.append(row)
+        return rows
+
+    def _parse(self, schema_json: str) -> Any:
+        from fastavro import parse_schema
+
+        parsed = self._parsed.get(schema_json)
+        if parsed is None:
+            parsed = self._parsed[schema_json] = parse_schema(json.loads(schema_json))
+        return parsed
+
+    def _result(
+        self, info: TableInfo, counts: Counter[str], truncates: list[Truncate], reload: bool
+    ) -> ApplyResult:
+        return ApplyResult(
+            info.ref.qualified,
+            dict(counts),
+            tuple(truncates),
+            fast_path=reload,
+            gdpr_purged=False,
+            version=last_log_version(self._spark, info.path),
+            rejected=None,
+            small=True,
+        )
+
+
+def _plain(info: TableInfo) -> bool:
+    """True when every payload column has a plain type (no struct, array or map).
+
+    fastavro names a nested record's fields by their Avro names, the table by the original
+    ones: such tables are Spark's (the technical maps hold text only).
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    nested = (ArrayType, MapType, StructType)
+    return not any(
+        isinstance(dtype, nested)
+        for name, dtype in info.columns.items()
+        if name not in TECHNICAL_FIELD_NAMES
+    )
+
+
+def _check_key(
+    key: bytes | None,
+    value: dict[str, Any],
+    keys: list[tuple[KeySchemaRef, Any, Any]],
+    where: str,
+) -> None:
+    """:class:`Unfit` unless the row's key agrees with its value (Spark's path says why)."""
+    from fastavro import schemaless_reader
+
+    found = next((k for k in keys if key is not None and key.startswith(k[0].header)), None)
+    if found is None:
+        raise Unfit(f"a Kafka key is missing or of an unknown writer schema ({where})")
+    ref, pairs, parsed = found
+    assert key is not None
+    if isinstance(pairs, str):
+        raise Unfit(pairs)
+    try:
+        decoded: Any = schemaless_reader(io.BytesIO(key[len(ref.header) :]), parsed, None)
+    except Exception as exc:
+        raise Unfit(f"a Kafka key does not decode ({where})") from exc
+    for key_field, value_field in pairs:
+        part = decoded.get(key_field.avro_name) if isinstance(decoded, dict) else None
+        if part is None or part != value.get(value_field.avro_name):
+            raise Unfit(f"a Kafka key disagrees with its value ({where})")
+
+
+def _kept(applied: list[Truncate], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` but those the whole-table TRUNCATEs ``applied`` (of earlier batches) cover."""
+    oldest = min((r["__order"][0] for r in rows), default=None)
+    if oldest is None:
+        return rows
+    if any(not t.unscoped and t.time_us > oldest for t in applied):
+        raise Unfit("a scoped TRUNCATE of an earlier batch may cover its rows")
+    cut = max((t.time_us for t in applied if t.unscoped), default=None)
+    return rows if cut is None else [r for r in rows if r["__order"][0] >= cut]
+
+
+def _truncates_of(rows: list[dict[str, Any]]) -> list[Truncate]:
+    found = [(r["__order"][0], r["__truncate"]) for r in rows if r["__change_type"] == "T"]
+    return distinct_truncates(found)
+
+
+def _check_reload(truncates: list[Truncate], kept: list[dict[str, Any]], empty: bool) -> None:
+    """:class:`Unfit` unless the batch reloads an empty table (see the module docstring)."""
+    if any(not t.unscoped for t in truncates):
+        raise Unfit("a scoped TRUNCATE")
+    if not empty:
+        raise Unfit("a TRUNCATE over stored rows (Spark deletes them)")
+    latest = truncates[-1].time_us
+    if any(r["__order"][0] < latest for r in kept):
+        raise Unfit("rows older than the batch's TRUNCATE")
+    if any(r["__change_type"] not in UPSERT_TYPES for r in kept):
+        raise Unfit("rows other than upserts beside a TRUNCATE")
+
+
+def _moved_keys(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``rows`` but the BEFORE images, of which those whose UPDATE moved the key are kept.
+
+    Those delete their (old) key (:func:`_arrow`). A BEFORE image's UPDATE has the same change
+    time and the same ``__source_rowid``, or, without one, is the row right after it (same
+    partition, next offset): :func:`lakehouse_writer.apply.moved_keys`.
+    """
+    befores = [r for r in rows if r["__change_type"] == "B"]
+    if not befores:
+        return rows
+    by_rowid: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    by_position: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for row in rows:
+        if row["__change_type"] == "U":
+            by_position[row["__order"]] = row
+            if row["__source_rowid"] is not None:
+                by_rowid.setdefault((row["__order"][0], row["__source_rowid"]), []).append(row)
+    kept = [r for r in rows if r["__change_type"] != "B"]
+    for before in befores:
+        time, partition, offset = before["__order"]
+        if before["__source_rowid"] is not None:
+            updates = by_rowid.get((time, before["__source_rowid"]), [])
+        else:
+            update = by_position.get((time, partition, offset + 1))
+            updates = [update] if update is not None else []
+        old = tuple(before[k] for k in keys)
+        if any(tuple(u[k] for k in keys) != old for u in updates):
+            kept.append(before)
+    return kept
+
+
+def _latest_per_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One row per key: the last by (change time, partition, offset)."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(row[k] for k in keys)
+        seen = latest.get(key)
+        if seen is None or row["__order"] > seen["__order"]:
+            latest[key] = row
+    return list(latest.values())
+
+
+def _key_range(rows: list[dict[str, Any]], column: str) -> tuple[Any, Any] | None:
+    """Lowest and highest value of ``column`` in ``rows``; None when one is NULL or none."""
+    values = [r[column] for r in rows]
+    if not values or any(v is None for v in values):
+        return None
+    try:
+        return min(values), max(values)
+    except TypeError:
+        return None
+
+
+def _arrow(rows: list[dict[str, Any]], info: TableInfo, actions: bool) -> pa.Table:
+    """``rows`` as Arrow, in the table's columns and types (with the MERGE's action columns).
+
+    Raises:
+        Unfit: A value Arrow cannot take as its column's type.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = [pa.field(name, to_arrow_type(dtype)) for name, dtype in info.columns.items()]
+    if actions:
+        fields += [pa.field(ACTION, pa.string()), pa.field(BASE_TIME, pa.timestamp("us", "UTC"))]
+        for row in rows:
+            row[ACTION] = "upsert" if row["__change_type"] in UPSERT_TYPES else "delete"
+    try:
+        return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        raise Unfit(f"a value Arrow cannot convert to its column's type: {exc}") from exc
+
+
+def _micros(value: datetime) -> int:
+    return (value - _EPOCH) // _MICRO

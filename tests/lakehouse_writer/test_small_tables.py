@@ -1,0 +1,292 @@
+"""Small tables applied in the driver (fastavro + delta-rs) agree with Spark's path.
+
+The same Kafka topics are drained twice, by ``lakehouse-writer run --once``, into two
+lakehouses: one with the driver's path on (the default), one with it off
+(``LAKEHOUSE_SMALL_MERGE_ROWS=0``: every table through Spark's decode and MERGE). Every column
+of every table must be equal, and equal to what the rows say. The tables cover the types of a
+source system's columns and names Avro has to encode, upserts and deletes within and across
+transactions, an older transaction produced after a newer one, a reload into a new table,
+BEFORE/UPDATE pairs that move a key or not (paired by ``__source_rowid`` or by position), and
+an ARCHIVE (not taken by the driver: Spark applies that table).
+
+Real broker, real Spark and Delta. Pure rules have fast unit tests below.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakehouse_writer.catalog import CatalogEntry
+from lakehouse_writer.cli import main
+from lakehouse_writer.scan import Expected
+from lakehouse_writer.small import SmallChanges
+from lakehouse_writer.small_tables import (
+    SmallTables,
+    Unfit,
+    _check_reload,
+    _kept,
+    _key_range,
+    _latest_per_key,
+    _moved_keys,
+)
+from lakehouse_writer.truncate import Truncate
+from producer_lib.schema import (
+    AvroBoolean,
+    AvroBytes,
+    AvroDate,
+    AvroDecimal,
+    AvroDouble,
+    AvroFloat,
+    AvroInt,
+    AvroLong,
+    AvroNVarchar,
+    AvroShort,
+    AvroTimestamp,
+    AvroTimestampMicros,
+    ValueSchema,
+)
+from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas
+
+TABLES = ("DELTAS", "RELOAD", "MOVED", "ARCHIVED")
+
+
+def _schema(name: str) -> ValueSchema:
+    schema = ValueSchema(name, "ERP", doc="a source system's table")
+    schema.add_field("ID", AvroLong(), nullable=False)
+    schema.add_field("NAME", AvroNVarchar(40))
+    schema.add_field("ORDER DATE", AvroDate())  # a name Avro encodes
+    schema.add_field("AT", AvroTimestampMicros())
+    schema.add_field("AT_MS", AvroTimestamp())
+    schema.add_field("AMOUNT", AvroDecimal(12, 3))
+    schema.add_field("RATIO", AvroDouble())
+    schema.add_field("SCORE", AvroFloat())
+    schema.add_field("OK", AvroBoolean())
+    schema.add_field("QTY", AvroInt())
+    schema.add_field("LEVEL", AvroShort())
+    schema.add_field("BLOB", AvroBytes())
+    schema.add_primary_key("ID")
+    return schema
+
+
+def _row(i: int, change: str, t: int, name: str | None = None, **more: Any) -> dict[str, Any]:
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC) + dt.timedelta(days=i)
+    return {
+        "ID": i,
+        "NAME": name if name is not None else f"n{i}",
+        "ORDER DATE": dt.date(2026, 1, 1) + dt.timedelta(days=i),
+        "AT": at,
+        "AT_MS": at.replace(microsecond=123000),
+        "AMOUNT": Decimal(f"{i}.125"),
+        "RATIO": i / 3,
+        "SCORE": 0.5 * i,
+        "OK": i % 2 == 0,
+        "QTY": None if i == 3 else i * 10,
+        "LEVEL": i,
+        "BLOB": bytes([i, 0, 255]),
+        "__change_type": change,
+        "__change_time": T0 + t,
+        **more,
+    }
+
+
+def _first_run(bootstrap: str, topics: dict[str, str], schemas: dict[str, ValueSchema]) -> None:
+    produce_transaction(
+        bootstrap, topics["DELTAS"], schemas["DELTAS"], [_row(i, "I", 1) for i in range(1, 6)]
+    )
+    reload = [{**_row(0, "T", 2), "__truncate": None}] + [_row(i, "R", 2) for i in (1, 2, 3)]
+    produce_transaction(bootstrap, topics["RELOAD"], schemas["RELOAD"], reload)
+    for name in ("MOVED", "ARCHIVED"):
+        produce_transaction(
+            bootstrap, topics[name], schemas[name], [_row(i, "I", 1) for i in (1, 2, 3, 4)]
+        )
+
+
+def _second_run(bootstrap: str, topics: dict[str, str], schemas: dict[str, ValueSchema]) -> None:
+    deltas = [
+        _row(2, "U", 10, "updated"),
+        _row(3, "D", 10),
+        _row(4, "X", 10),
+        _row(6, "I", 10),
+        _row(1, "U", 10, "first"),
+        _row(1, "U", 10, "last of its transaction"),
+        _row(5, "U", 12, "newer"),
+    ]
+    produce_transaction(bootstrap, topics["DELTAS"], schemas["DELTAS"], deltas)
+    older = [_row(5, "U", 11, "older, produced later"), _row(7, "I", 11)]
+    produce_transaction(bootstrap, topics["DELTAS"], schemas["DELTAS"], older)
+    produce_transaction(
+        bootstrap,
+        topics["RELOAD"],
+        schemas["RELOAD"],
+        [_row(1, "U", 10, "updated"), _row(2, "D", 10), _row(4, "A", 10)],
+    )
+    moved = [
+        _row(1, "B", 10),  # paired with the next row: the key moves
+        _row(9, "U", 10, "moved from 1"),
+        _row(2, "B", 10, __source_rowid="r2"),  # paired by row id: the key stays
+        _row(3, "B", 10, __source_rowid="r3"),  # paired by row id, two rows on: it moves
+        _row(4, "U", 10, "a row between"),
+        _row(2, "U", 10, "updated in place", __source_rowid="r2"),
+        _row(8, "U", 10, "moved from 3", __source_rowid="r3"),
+    ]
+    produce_transaction(bootstrap, topics["MOVED"], schemas["MOVED"], moved)
+    archived = [_row(1, "P", 10, "archived")]
+    produce_transaction(bootstrap, topics["ARCHIVED"], schemas["ARCHIVED"], archived)
+
+
+def _tables(spark: Any, lake: Path) -> dict[str, list[tuple]]:
+    out = {}
+    for name in TABLES:
+        frame = spark.read.format("delta").load(str(lake / "ERP" / name))
+        out[name] = sorted(tuple(r) for r in frame.select(*sorted(frame.columns)).collect())
+    return out
+
+
+def _names(spark: Any, lake: Path, table: str) -> list[tuple[int, str]]:
+    rows = spark.read.format("delta").load(str(lake / "ERP" / table)).collect()
+    return sorted((r.ID, r.NAME) for r in rows)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_drivers_path_and_sparks_leave_the_same_tables(
+    spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch, caplog
+):
+    schemas = {name: _schema(name) for name in TABLES}
+    catalog = new_topic(suffix="_schemas")
+    monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", catalog)
+    topics = {name: new_topic(partitions=1) for name in TABLES}
+    for name, topic in topics.items():
+        publish_schemas(kafka_bootstrap, topic, catalog, schemas[name])
+    pattern = "|".join(topics.values())
+
+    def drain(lake: str, small_rows: str) -> None:
+        monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", small_rows)
+        argv = once_argv(tmp_path / lake, tmp_path / f"{lake}_ckpt", pattern, kafka_bootstrap)
+        with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
+            assert main(argv) == 0
+
+    _first_run(kafka_bootstrap, topics, schemas)
+    caplog.clear()
+    drain("driver", "10000")
+    assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
+    drain("spark", "0")
+    _second_run(kafka_bootstrap, topics, schemas)
+    caplog.clear()
+    drain("driver", "10000")
+    assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
+    assert "left to Spark table=ERP.ARCHIVED batch=1 reason=row type 'P'" in caplog.text
+    drain("spark", "0")
+
+    driver, by_spark = _tables(spark, tmp_path / "driver"), _tables(spark, tmp_path / "spark")
+    assert driver == by_spark
+    assert _names(spark, tmp_path / "driver", "DELTAS") == [
+        (1, "last of its transaction"),
+        (2, "updated"),
+        (5, "newer"),
+        (6, "n6"),
+        (7, "n7"),
+    ]
+    assert _names(spark, tmp_path / "driver", "RELOAD") == [(1, "updated"), (3, "n3"), (4, "n4")]
+    assert _names(spark, tmp_path / "driver", "MOVED") == [
+        (2, "updated in place"),
+        (4, "a row between"),
+        (8, "moved from 3"),
+        (9, "moved from 1"),
+    ]
+    stored = spark.read.format("delta").load(str(tmp_path / "driver" / "ERP" / "DELTAS"))
+    six = stored.filter("ID = 6").collect()[0].asDict()
+    want = {k: v for k, v in _row(6, "I", 10).items() if not k.startswith("__")}
+    for k in ("AT", "AT_MS"):  # Spark gives timestamps as naive datetimes (the session's UTC)
+        want[k] = want[k].replace(tzinfo=None)
+    assert {k: six[k] for k in want} == {**want, "SCORE": pytest.approx(3.0)}
+
+
+# -- the rules, without Spark ------------------------------------------------------------------
+
+
+def _r(key: int, change: str, time: int, partition: int = 0, offset: int = 0) -> dict[str, Any]:
+    return {"ID": key, "__change_type": change, "__order": (time, partition, offset)}
+
+
+def test_the_last_row_per_key_is_the_last_by_change_time_then_partition_then_offset():
+    rows = [
+        _r(1, "I", 5, 0, 1),
+        _r(1, "U", 5, 0, 2),  # same transaction, later offset: wins
+        _r(2, "U", 7, 0, 3),  # newer transaction, earlier partition: wins
+        _r(2, "D", 6, 1, 9),
+        _r(3, "D", 4, 0, 4),
+    ]
+    latest = {r["ID"]: r["__change_type"] for r in _latest_per_key(rows, ("ID",))}
+    assert latest == {1: "U", 2: "U", 3: "D"}
+
+
+def test_a_before_image_deletes_its_key_only_where_its_update_moved_it():
+    def row(key: int, change: str, offset: int, rowid: str | None = None) -> dict[str, Any]:
+        return {**_r(key, change, 5, 0, offset), "__source_rowid": rowid}
+
+    rows = [
+        row(1, "B", 1),
+        row(7, "U", 2),  # next offset: 1 moved to 7
+        row(2, "B", 3, "a"),
+        row(2, "U", 5, "a"),  # same row id: 2 stays
+        row(3, "B", 6),
+        row(3, "U", 7),  # next offset, same key: stays
+        row(4, "B", 8),  # no UPDATE after it: ignored
+    ]
+    kept = _moved_keys(rows, ("ID",))
+    assert sorted((r["ID"], r["__change_type"]) for r in kept) == [
+        (1, "B"),
+        (2, "U"),
+        (3, "U"),
+        (7, "U"),
+    ]
+
+
+def test_a_reload_is_taken_only_into_an_empty_table_with_upserts_not_older_than_it():
+    whole = [Truncate(10)]
+    _check_reload(whole, [_r(1, "R", 10), _r(2, "I", 11)], empty=True)  # taken
+    cases = {
+        "a scoped TRUNCATE": ([Truncate(10, {"REGION": "A"})], [_r(1, "R", 10)], True),
+        "stored rows": (whole, [_r(1, "R", 10)], False),
+        "older": (whole, [_r(1, "R", 9)], True),
+        "deletes": (whole, [_r(1, "D", 10)], True),
+    }
+    for truncates, rows, empty in cases.values():
+        with pytest.raises(Unfit):
+            _check_reload(truncates, rows, empty)
+
+
+def test_rows_an_earlier_batchs_whole_table_truncate_covers_are_dropped():
+    rows = [_r(1, "U", 5), _r(2, "U", 15)]
+    assert [r["ID"] for r in _kept([Truncate(10)], rows)] == [2]
+    assert _kept([Truncate(3, {"REGION": "A"})], rows) == rows  # older than every row
+    with pytest.raises(Unfit):  # a scope the driver does not evaluate: Spark's path
+        _kept([Truncate(10, {"REGION": "A"})], rows)
+
+
+def test_the_key_range_is_left_out_when_a_key_is_null():
+    assert _key_range([{"K": 3}, {"K": 1}], "K") == (1, 3)
+    assert _key_range([{"K": 3}, {"K": None}], "K") is None
+    assert _key_range([], "K") is None
+
+
+def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_takes():
+    lane = SmallTables(None, SmallChanges(max_rows=100), None, None, None, "i")  # type: ignore[arg-type]
+    schema = _schema("X")
+    expected = [
+        Expected(bytes([i]), CatalogEntry("{}", "value", topic), schema)
+        for i, topic in enumerate(("big", "small", "idle"))
+    ]
+    ranges = {("big", 0): (0, 80), ("big", 1): (10, 40), ("small", 0): (5, 105)}
+    assert [e.entry.topic for e in lane.scanned(expected, ranges)] == ["big"]
+    assert lane.scanned(expected, None) == expected  # ranges not known: all
+    off = SmallTables(None, SmallChanges(max_rows=0), None, None, None, "i")  # type: ignore[arg-type]
+    assert off.scanned(expected, ranges) == expected
