@@ -326,6 +326,9 @@ class Holdback:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
+                    # The end of a partition is known from a fetch that finds nothing; at the
+                    # default (500 ms) every batch's plan waited that long for it.
+                    "fetch.wait.max.ms": 10,
                 }
             )
         return self._consumer

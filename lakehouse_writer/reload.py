@@ -188,15 +188,16 @@ class ReloadBet:
         ``ranges``: the batch's offset ranges (None: not known, no bet). None: no bet, or
         a lost one (its files are deleted) — the batch takes the normal path.
         """
-        empty = self._candidates(expected, stopped) if self._min_rows else []
-        if not (empty and ranges):
+        if not (self._min_rows and ranges):
             return None
         spans: dict[str, int] = {}
         for (topic, _), (first, end) in ranges.items():
             spans[topic] = spans.get(topic, 0) + end - first
-        bet, info = max(empty, key=lambda c: spans.get(c[0].entry.topic or "", 0))
-        if spans.get(bet.entry.topic or "", 0) < self._min_rows:
+        large = [e for e in expected if spans.get(e.entry.topic or "", 0) >= self._min_rows]
+        empty = self._candidates(large, stopped)  # only those: it looks at each table
+        if not empty:
             return None
+        bet, info = max(empty, key=lambda c: spans.get(c[0].entry.topic or "", 0))
         ref = info.ref
         outcome = speculate(
             source,
