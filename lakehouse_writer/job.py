@@ -337,6 +337,9 @@ class BatchProcessor:
     ) -> tuple[list[ApplyResult], list[DataFrame]]:
         """Decode the batch's data rows, apply them table by table; commit its reload.
 
+        The small tables go first, without Spark (:mod:`lakehouse_writer.small_tables`); the
+        rows of the tables it leaves are decoded and applied by Spark.
+
         The reload's rows are not in the batch's frame; should it hold rows of the reload's
         table all the same (from another topic), the reload's files are dropped and its rows
         applied with them (:meth:`~lakehouse_writer.reload.ReloadBet.settle`).

@@ -284,7 +284,11 @@ class SmallTables:
         if look.done is not None and look.done >= txn.txn_version(batch_id, 0):
             if look.done < version:
                 raise Unfit("Spark applied part of the batch to the table before")
-            log.info("small table skipped table=%s batch=%d: applied (replay)", info.ref, batch_id)
+            log.info(
+                "small table skipped table=%s batch=%d: applied (replay)",
+                info.ref.qualified,
+                batch_id,
+            )
             return self._result(info, counts, truncates, reload=False)
         kept = _kept(table.applied, [r for r in rows if r["__change_type"] != "T"])
         reload = bool(truncates)
