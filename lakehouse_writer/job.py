@@ -179,7 +179,13 @@ class BatchProcessor:
             spark, f"{self._lake}/{STATE}", f"{self._lake}/{LEGACY_TRUNCATES}"
         )
         self._small_tables = SmallTables(  # few rows: applied in the driver, no Spark job
-            spark, self._small, self._tables, self._catalog, self._truncates, instance_id
+            spark,
+            self._small,
+            self._tables,
+            self._catalog,
+            self._truncates,
+            instance_id,
+            self._lake,
         )
         self._gate = threading.Lock()
         self._closed = False

@@ -89,9 +89,13 @@ class SmallChanges:
         self._tables: dict[str, DeltaTable] = {}  # path -> its table, updated on each use
         self._lock = threading.Lock()
 
+    def writes(self, path: str) -> bool:
+        """True when tables at or below ``path`` may be written here (a local path)."""
+        return bool(self.max_rows) and _local(path)
+
     def takes(self, table: TableInfo, rows: int) -> bool:
         """True when the MERGE of ``rows`` batch rows into ``table`` is done here."""
-        if not self.max_rows or rows > self.max_rows or not _local(table.path):
+        if rows > self.max_rows or not self.writes(table.path):
             return False
         with self._lock:
             return table.path not in self._refused

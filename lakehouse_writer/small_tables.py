@@ -113,6 +113,8 @@ class SmallTables:
         catalog: Where the writer schemas come from.
         truncates: The TRUNCATEs of earlier batches.
         instance_id: The writer instance (Delta's txnAppId).
+        lakehouse: The lakehouse root: on a path delta-rs does not write (cloud storage),
+            nothing is taken here and the scan decodes as before.
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class SmallTables:
         catalog: SchemaCatalog,
         truncates: TruncateLog,
         instance_id: str,
+        lakehouse: str,
     ) -> None:
         self._spark = spark
         self._small = small
@@ -130,12 +133,13 @@ class SmallTables:
         self._catalog = catalog
         self._truncates = truncates
         self._instance = instance_id
+        self._on = small.writes(lakehouse)
         self._parsed: dict[str, Any] = {}  # schema JSON -> fastavro's parsed schema
 
     @property
     def max_rows(self) -> int:
         """The most rows of one table applied here; 0: none."""
-        return self._small.max_rows
+        return self._small.max_rows if self._on else 0
 
     def scanned(self, expected: list[Expected], ranges: OffsetRanges | None) -> list[Expected]:
         """The expected schemas the scan is to decode: those of the batch's large topics.

@@ -278,8 +278,12 @@ def test_the_key_range_is_left_out_when_a_key_is_null():
     assert _key_range([], "K") is None
 
 
+def _lane(max_rows: int, lakehouse: str = "/lake") -> SmallTables:
+    return SmallTables(None, SmallChanges(max_rows), None, None, None, "i", lakehouse)  # type: ignore[arg-type]
+
+
 def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_takes():
-    lane = SmallTables(None, SmallChanges(max_rows=100), None, None, None, "i")  # type: ignore[arg-type]
+    lane = _lane(100)
     schema = _schema("X")
     expected = [
         Expected(bytes([i]), CatalogEntry("{}", "value", topic), schema)
@@ -288,5 +292,6 @@ def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_tak
     ranges = {("big", 0): (0, 80), ("big", 1): (10, 40), ("small", 0): (5, 105)}
     assert [e.entry.topic for e in lane.scanned(expected, ranges)] == ["big"]
     assert lane.scanned(expected, None) == expected  # ranges not known: all
-    off = SmallTables(None, SmallChanges(max_rows=0), None, None, None, "i")  # type: ignore[arg-type]
-    assert off.scanned(expected, ranges) == expected
+    assert _lane(0).scanned(expected, ranges) == expected  # the driver's path off
+    cloud = _lane(100, "abfss://lake@account.dfs.core.windows.net/lake")
+    assert cloud.scanned(expected, ranges) == expected  # delta-rs does not write there
