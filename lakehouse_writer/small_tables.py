@@ -1,4 +1,4 @@
-"""The small tables of a batch, applied in the driver: decoded by fastavro, merged by delta-rs.
+"""The small tables of a batch, applied in the driver: decoded in Python, merged by delta-rs.
 
 A source system's delta load touches hundreds of tables with a few rows each. Through Spark,
 each of them costs a decode job, a summary job and some twenty analyzed DataFrame operations
@@ -8,8 +8,9 @@ before delta-rs merges its few rows: the plans, not the rows, were the batch's t
 1. The scan does not decode the topics with at most ``max_rows`` messages in the batch
    (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch.
 2. One Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`).
-3. Per table, fastavro decodes the values and the keys, and every key must agree with its
-   value (:mod:`lakehouse_writer.keys`).
+3. Per table, the values and the keys are decoded, and every key must agree with its value
+   (:mod:`lakehouse_writer.keys`): by DuckDB into columns from :data:`COLUMNS_FROM_ROWS` rows
+   (:mod:`lakehouse_writer.avro_arrow`), by fastavro a row at a time below that.
 4. The row rules of :mod:`lakehouse_writer.apply`, for the shapes taken here: upserts and
    deletes (I, U, A, R, D, X) and BEFORE images (B: the delete of the old key when their
    UPDATE moved it), the last row per key by (change time, partition, offset), rows covered
@@ -38,8 +39,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from lakehouse_writer import txn
 from lakehouse_writer.apply import UPSERT_TYPES, ApplyResult
+from lakehouse_writer.avro_arrow import ArrowDecoder, DecodeError
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.framing import HEADER, header_length, header_tag
 from lakehouse_writer.keys import KeySchemaRef, candidates, key_pairs
@@ -53,7 +57,6 @@ from producer_lib.schema import ValueSchema
 from producer_lib.schema.value_schema import TECHNICAL_FIELD_NAMES
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from lakehouse_writer.catalog import SchemaCatalog
@@ -70,6 +73,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 _DELETES = ("D", "X")  # a GDPR delete (G) also purges and marks the table: Spark's path
 _TAKEN_TYPES = frozenset({*UPSERT_TYPES, *_DELETES, "B", "T"})
+# A table's rows from which DuckDB decodes them, not fastavro: a DuckDB decode costs some 4 ms
+# whatever its size, fastavro some 30 us a row (docs/PERFORMANCE.md).
+COLUMNS_FROM_ROWS = 500
 
 
 @dataclass
@@ -100,6 +106,65 @@ class _Table:
     keys: tuple[KeySchemaRef, ...]
     info: TableInfo
     applied: list[Truncate]  # TRUNCATEs of earlier batches
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A table's rows, decoded.
+
+    Attributes:
+        rows: One dict per row for the row rules: the columns by name (or, where
+            ``payload`` holds them, only what the rules read and ``__index``).
+        payload: The decoded values as columns, by Avro field name (DuckDB's decode); None:
+            ``rows`` hold every column (fastavro's).
+        avro_of: Column name -> Avro field name of the writer schema's fields.
+    """
+
+    rows: list[dict[str, Any]]
+    payload: pa.Table | None = None
+    avro_of: Mapping[str, str] = field(default_factory=dict)
+
+    def arrow(self, rows: list[dict[str, Any]], info: TableInfo, actions: bool) -> pa.Table:
+        """``rows`` as Arrow, in the table's columns and types (and the MERGE's actions).
+
+        Raises:
+            Unfit: A value Arrow cannot take as its column's type.
+        """
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        schema = pa.schema(
+            [pa.field(name, to_arrow_type(dtype)) for name, dtype in info.columns.items()]
+        )
+        try:
+            if self.payload is None:
+                table = pa.Table.from_pylist(rows, schema=schema)
+            else:
+                table = self._taken(rows, schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise Unfit(f"a value Arrow cannot convert to its column's type: {exc}") from exc
+        if actions:
+            upsert = [r["__change_type"] in UPSERT_TYPES for r in rows]
+            table = table.append_column(
+                pa.field(ACTION, pa.string()),
+                pa.array(["upsert" if u else "delete" for u in upsert], pa.string()),
+            ).append_column(
+                pa.field(BASE_TIME, pa.timestamp("us", "UTC")),
+                pa.nulls(len(rows), pa.timestamp("us", "UTC")),
+            )
+        return table
+
+    def _taken(self, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+        """The payload's ``rows`` (by ``__index``) cast to ``schema``; absent columns null."""
+        assert self.payload is not None
+        taken = self.payload.take(pa.array([r["__index"] for r in rows], pa.int64()))
+        columns = []
+        for target in schema:
+            avro = self.avro_of.get(target.name, target.name)
+            if avro in taken.column_names:
+                columns.append(taken.column(avro).cast(target.type))
+            else:
+                columns.append(pa.nulls(len(rows), target.type))
+        return pa.Table.from_arrays(columns, schema=schema)
 
 
 class SmallTables:
@@ -135,6 +200,7 @@ class SmallTables:
         self._instance = instance_id
         self._on = small.writes(lakehouse)
         self._parsed: dict[str, Any] = {}  # schema JSON -> fastavro's parsed schema
+        self._decoder = ArrowDecoder()
 
     @property
     def max_rows(self) -> int:
@@ -281,7 +347,8 @@ class SmallTables:
         look = self._small.look(info, app_id)
         if look is None:
             raise Unfit("delta-rs cannot write the table")
-        rows = self._decode(table, raw)
+        decoded = self._decode(table, raw)
+        rows = decoded.rows
         counts = Counter(r["__change_type"] for r in rows)
         truncates = _truncates_of(rows)
         version = txn.txn_version(batch_id, txn.STEP_ROWS)
@@ -301,7 +368,7 @@ class SmallTables:
         latest = _latest_per_key(_moved_keys(kept, info.keys), info.keys)
         if reload:
             done = not latest or self._small.append(
-                lambda: _arrow(latest, info, actions=False), info, app_id, version
+                lambda: decoded.arrow(latest, info, actions=False), info, app_id, version
             )
         else:
             key_range = _key_range(latest, info.keys[0])
@@ -309,14 +376,29 @@ class SmallTables:
                 list(info.columns), info.keys, TECHNICAL_FIELD_NAMES, DATAFUSION, key_range
             )
             done = self._small.merge(
-                lambda: _arrow(latest, info, actions=True), info, clauses, app_id, version
+                lambda: decoded.arrow(latest, info, actions=True), info, clauses, app_id, version
             )
         if not done:
             raise Unfit("delta-rs did not write the rows")
         return self._result(info, counts, truncates, reload)
 
-    def _decode(self, table: _Table, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The rows by column name, with ``partition``/``offset``; keys checked."""
+    def _decode(self, table: _Table, raw: list[dict[str, Any]]) -> _Decoded:
+        """The rows by column name, with ``partition``/``offset``; keys checked.
+
+        With at least :data:`COLUMNS_FROM_ROWS` rows, DuckDB decodes them into columns where it
+        reads every field of the value and key schemas (:mod:`lakehouse_writer.avro_arrow`);
+        fastavro decodes them one by one otherwise.
+        """
+        if (
+            len(raw) >= COLUMNS_FROM_ROWS
+            and self._decoder.decodes(table.schema_json)
+            and all(self._decoder.decodes(ref.schema_json) for ref in table.keys)
+        ):
+            return self._decode_columns(table, raw)
+        return self._decode_rows(table, raw)
+
+    def _decode_rows(self, table: _Table, raw: list[dict[str, Any]]) -> _Decoded:
+        """Decode with fastavro, a row at a time."""
         from fastavro import schemaless_reader
 
         parsed = self._parse(table.schema_json)
@@ -340,7 +422,80 @@ class SmallTables:
             row.update({name: value.get(name) for name in TECHNICAL_FIELD_NAMES})
             row["__order"] = (_micros(value["__change_time"]), r["partition"], r["offset"])
             rows.append(row)
-        return rows
+        return _Decoded(rows)
+
+    def _decode_columns(self, table: _Table, raw: list[dict[str, Any]]) -> _Decoded:
+        """DuckDB's decode into columns; the rows hold what the row rules read.
+
+        Each row holds its change type, order, key columns, ``__source_rowid`` and (for a
+        TRUNCATE) ``__truncate``, and ``__index``, its place in the decoded columns.
+        """
+        skip = header_length(header_tag(table.header))
+        try:
+            payload = self._decoder.decode(table.schema_json, [r["value"][skip:] for r in raw])
+        except DecodeError as exc:
+            raise Unfit(f"the values do not decode: {exc}") from exc
+        changes = payload.column("__change_type").to_pylist()
+        wrong = next((i for i, c in enumerate(changes) if c not in _TAKEN_TYPES), None)
+        if wrong is not None:
+            raise Unfit(f"row type {changes[wrong]!r} ({_where(raw[wrong])})")
+        self._check_keys(table, raw, payload)
+        avro_of = {f.name: f.avro_name for f in table.schema.fields.values()}
+        times = payload.column("__change_time").cast(pa.int64()).to_pylist()
+        rowids = payload.column("__source_rowid").to_pylist()
+        keys = {k: payload.column(avro_of[k]).to_pylist() for k in table.info.keys}
+        rows = []
+        for i, r in enumerate(raw):
+            row = {k: column[i] for k, column in keys.items()}
+            row.update(
+                __index=i,
+                __change_type=changes[i],
+                __source_rowid=rowids[i],
+                __order=(times[i], r["partition"], r["offset"]),
+            )
+            if changes[i] == "T":
+                scope = payload.column("__truncate")[i].as_py()
+                row["__truncate"] = dict(scope) if scope is not None else None
+            rows.append(row)
+        return _Decoded(rows, payload, avro_of)
+
+    def _check_keys(self, table: _Table, raw: list[dict[str, Any]], payload: pa.Table) -> None:
+        """:class:`Unfit` unless every row's Kafka key agrees with its value."""
+        import pyarrow.compute as pc
+
+        by_ref: dict[int, list[int]] = {}
+        for i, r in enumerate(raw):
+            key = r["key"]
+            found = next(
+                (j for j, ref in enumerate(table.keys) if key and key.startswith(ref.header)),
+                None,
+            )
+            if found is None:
+                raise Unfit(f"a Kafka key is missing or of an unknown writer schema ({_where(r)})")
+            by_ref.setdefault(found, []).append(i)
+        for j, indices in by_ref.items():
+            ref = table.keys[j]
+            pairs = key_pairs(table.schema, ref)
+            if isinstance(pairs, str):
+                raise Unfit(pairs)
+            skip = len(ref.header)
+            try:
+                decoded = self._decoder.decode(
+                    ref.schema_json, [raw[i]["key"][skip:] for i in indices]
+                )
+            except DecodeError as exc:
+                raise Unfit(f"a Kafka key does not decode: {exc}") from exc
+            values = payload.take(pa.array(indices, pa.int64()))
+            for key_field, value_field in pairs:
+                agree = pc.fill_null(
+                    pc.equal(
+                        decoded.column(key_field.avro_name), values.column(value_field.avro_name)
+                    ),
+                    False,
+                )
+                if not pc.all(agree).as_py():
+                    first = indices[agree.to_pylist().index(False)]
+                    raise Unfit(f"a Kafka key disagrees with its value ({_where(raw[first])})")
 
     def _parse(self, schema_json: str) -> Any:
         from fastavro import parse_schema
@@ -489,24 +644,8 @@ def _key_range(rows: list[dict[str, Any]], column: str) -> tuple[Any, Any] | Non
         return None
 
 
-def _arrow(rows: list[dict[str, Any]], info: TableInfo, actions: bool) -> pa.Table:
-    """``rows`` as Arrow, in the table's columns and types (with the MERGE's action columns).
-
-    Raises:
-        Unfit: A value Arrow cannot take as its column's type.
-    """
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    fields = [pa.field(name, to_arrow_type(dtype)) for name, dtype in info.columns.items()]
-    if actions:
-        fields += [pa.field(ACTION, pa.string()), pa.field(BASE_TIME, pa.timestamp("us", "UTC"))]
-        for row in rows:
-            row[ACTION] = "upsert" if row["__change_type"] in UPSERT_TYPES else "delete"
-    try:
-        return pa.Table.from_pylist(rows, schema=pa.schema(fields))
-    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-        raise Unfit(f"a value Arrow cannot convert to its column's type: {exc}") from exc
+def _where(raw: Mapping[str, Any]) -> str:
+    return f"partition {raw['partition']}, offset {raw['offset']}"
 
 
 def _micros(value: datetime) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from lakehouse_writer import small_tables
 from lakehouse_writer.catalog import CatalogEntry
 from lakehouse_writer.cli import main
 from lakehouse_writer.keys import KeySchemaRef, own_key
@@ -119,17 +120,21 @@ def test_the_scan_also_checks_keys_of_the_schemas_the_last_batch_found_on_the_ca
     assert expected.guess()[0].keys == (own, registry_key)
 
 
-@pytest.mark.parametrize("path", ["scanned", "decoded-after", "small-table"])
+@pytest.mark.parametrize("path", ["scanned", "decoded-after", "small-table", "small-columns"])
 def test_a_key_that_disagrees_is_rejected_with_its_reason_and_the_rest_applies(
     spark, kafka_bootstrap, setup, monkeypatch, caplog, path
 ):
     """``scanned``: the value schema is expected (decoded while the batch is read);
     ``decoded-after``: a newer schema is the latest, so the rows are decoded after the scan;
     ``small-table``: the driver's path for small tables (:mod:`lakehouse_writer.small_tables`)
-    finds the key, leaves the table to Spark's, which rejects the row."""
+    finds the key, leaves the table to Spark's, which rejects the row; ``small-columns``: the
+    same, with the rows decoded into columns by DuckDB."""
     topic, schemas, lake, ckpt = setup
-    if path != "small-table":  # a few rows: the scan decodes them only with it off
+    small = path.startswith("small-")
+    if not small:  # a few rows: the scan decodes them only with it off
         monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", "0")
+    if path == "small-columns":
+        monkeypatch.setattr(small_tables, "COLUMNS_FROM_ROWS", 0)
     schema = sample_schema()
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     if path == "decoded-after":
@@ -145,7 +150,7 @@ def test_a_key_that_disagrees_is_rejected_with_its_reason_and_the_rest_applies(
         _run(lake, ckpt, topic, kafka_bootstrap, None)
 
     left = "reason=a Kafka key disagrees with its value (partition 0, offset 2)"
-    assert (left in caplog.text) == (path == "small-table")
+    assert (left in caplog.text) == small
     assert _ids(spark, lake) == [(1, "n1"), (2, "n2"), (3, "n3")]
     rejected = _rejected(spark, lake)
     assert list(rejected) == [2]

@@ -1,7 +1,8 @@
-"""Small tables applied in the driver (fastavro + delta-rs) agree with Spark's path.
+"""Small tables applied in the driver (Python decode + delta-rs) agree with Spark's path.
 
-The same Kafka topics are drained twice, by ``lakehouse-writer run --once``, into two
-lakehouses: one with the driver's path on (the default), one with it off
+The same Kafka topics are drained three times, by ``lakehouse-writer run --once``, into three
+lakehouses: with the driver's path on (the default: these few rows are decoded by fastavro),
+on with DuckDB's decode into columns (``COLUMNS_FROM_ROWS`` 0), and off
 (``LAKEHOUSE_SMALL_MERGE_ROWS=0``: every table through Spark's decode and MERGE). Every column
 of every table must be equal, and equal to what the rows say. The tables cover the types of a
 source system's columns and names Avro has to encode, upserts and deletes within and across
@@ -22,11 +23,13 @@ from typing import Any
 
 import pytest
 
+from lakehouse_writer import small_tables
 from lakehouse_writer.catalog import CatalogEntry
 from lakehouse_writer.cli import main
 from lakehouse_writer.scan import Expected
 from lakehouse_writer.small import SmallChanges
 from lakehouse_writer.small_tables import (
+    COLUMNS_FROM_ROWS,
     SmallTables,
     Unfit,
     _check_reload,
@@ -167,8 +170,9 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
         publish_schemas(kafka_bootstrap, topic, catalog, schemas[name])
     pattern = "|".join(topics.values())
 
-    def drain(lake: str, small_rows: str) -> None:
+    def drain(lake: str, small_rows: str, columns_from: int = COLUMNS_FROM_ROWS) -> None:
         monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", small_rows)
+        monkeypatch.setattr(small_tables, "COLUMNS_FROM_ROWS", columns_from)
         argv = once_argv(tmp_path / lake, tmp_path / f"{lake}_ckpt", pattern, kafka_bootstrap)
         with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
             assert main(argv) == 0
@@ -177,16 +181,23 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
     caplog.clear()
     drain("driver", "10000")
     assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
+    caplog.clear()
+    drain("columns", "10000", columns_from=0)
+    assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
     drain("spark", "0")
     _second_run(kafka_bootstrap, topics, schemas)
     caplog.clear()
     drain("driver", "10000")
     assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
     assert "left to Spark table=ERP.ARCHIVED batch=1 reason=row type 'P'" in caplog.text
+    caplog.clear()
+    drain("columns", "10000", columns_from=0)
+    assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
     drain("spark", "0")
 
     driver, by_spark = _tables(spark, tmp_path / "driver"), _tables(spark, tmp_path / "spark")
     assert driver == by_spark
+    assert _tables(spark, tmp_path / "columns") == by_spark
     assert _names(spark, tmp_path / "driver", "DELTAS") == [
         (1, "last of its transaction"),
         (2, "updated"),

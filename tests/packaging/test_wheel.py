@@ -45,6 +45,7 @@ OPTIONAL_DISTRIBUTIONS = {
     "duckdb-extension-delta",
     "duckdb-extension-azure",
     "duckdb-extension-tpch",
+    "duckdb-extension-avro",
 }
 # Public names that need an extra (imported on first use), and which one.
 NAMES_NEEDING_AN_EXTRA = {
