@@ -22,6 +22,14 @@ log = logging.getLogger(__name__)
 OffsetRanges = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> [from, until)
 
 
+def messages_per_topic(ranges: OffsetRanges) -> dict[str, int]:
+    """How many offsets of each topic ``ranges`` span (transaction markers included)."""
+    spans: dict[str, int] = {}
+    for (topic, _), (first, end) in ranges.items():
+        spans[topic] = spans.get(topic, 0) + end - first
+    return spans
+
+
 def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
     """The Kafka offset ranges a ``foreachBatch`` frame reads, from its RDD's partitions.
 

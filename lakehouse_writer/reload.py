@@ -39,7 +39,7 @@ from lakehouse_writer.apply import (
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.framing import avro_struct, body_column
 from lakehouse_writer.keys import with_key_check
-from lakehouse_writer.ranges import OffsetRanges, range_read
+from lakehouse_writer.ranges import OffsetRanges, messages_per_topic, range_read
 from lakehouse_writer.read import DecodedBatch, split_parsed
 from lakehouse_writer.summary import RowSummary, truncate_records, truncate_row
 from lakehouse_writer.tables import TableInfo, TableManager, TableRef, no_data_files
@@ -190,9 +190,7 @@ class ReloadBet:
         """
         if not (self._min_rows and ranges):
             return None
-        spans: dict[str, int] = {}
-        for (topic, _), (first, end) in ranges.items():
-            spans[topic] = spans.get(topic, 0) + end - first
+        spans = messages_per_topic(ranges)
         large = [e for e in expected if spans.get(e.entry.topic or "", 0) >= self._min_rows]
         empty = self._candidates(large, stopped)  # only those: it looks at each table
         if not empty:

@@ -55,7 +55,9 @@ class LakehouseSettings(EnvSettings):
             (:mod:`lakehouse_writer.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``); 0: never.
         small_merge_rows: A table's batch of at most this many rows is merged by delta-rs in
             the driver, not by a Spark MERGE (:mod:`lakehouse_writer.small`;
-            ``LAKEHOUSE_SMALL_MERGE_ROWS``); 0: never.
+            ``LAKEHOUSE_SMALL_MERGE_ROWS``), and, where its rows allow, decoded there too
+            (:mod:`lakehouse_writer.small_tables`); also the most rows the driver holds at
+            once for that. 0: never.
         deletion_vectors: Create new tables with deletion vectors
             (``LAKEHOUSE_DELETION_VECTORS``, default on): a MERGE or DELETE then marks rows
             deleted instead of rewriting their files. Off for readers that cannot apply them
@@ -88,7 +90,7 @@ class LakehouseSettings(EnvSettings):
     reload_one_pass_min_rows: int = Field(
         50_000, ge=0, validation_alias="LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS"
     )
-    small_merge_rows: int = Field(10_000, ge=0, validation_alias="LAKEHOUSE_SMALL_MERGE_ROWS")
+    small_merge_rows: int = Field(200_000, ge=0, validation_alias="LAKEHOUSE_SMALL_MERGE_ROWS")
     deletion_vectors: bool = Field(True, validation_alias="LAKEHOUSE_DELETION_VECTORS")
     schemas_topic: str = Field(
         "_flow_schemas",

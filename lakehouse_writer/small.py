@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_ROWS = 10_000
+DEFAULT_MAX_ROWS = 200_000
 # Writer features delta-rs 1.6 honours when it writes (checked: deletion vectors of earlier
 # Spark MERGEs are applied, column-mapped names resolved, CDF files written).
 WRITABLE_FEATURES = frozenset(

@@ -7,7 +7,8 @@ before delta-rs merges its few rows: the plans, not the rows, were the batch's t
 
 1. The scan does not decode the topics with at most ``max_rows`` messages in the batch
    (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch.
-2. One Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`).
+2. One Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`), or
+   one per run of tables of ``max_rows`` rows together: what the driver holds at once.
 3. Per table, the values and the keys are decoded, and every key must agree with its value
    (:mod:`lakehouse_writer.keys`): by DuckDB into columns from :data:`COLUMNS_FROM_ROWS` rows
    (:mod:`lakehouse_writer.avro_arrow`), by fastavro a row at a time below that.
@@ -49,6 +50,7 @@ from lakehouse_writer.framing import HEADER, header_length, header_tag
 from lakehouse_writer.keys import KeySchemaRef, candidates, key_pairs
 from lakehouse_writer.lakehouse_files import last_log_version
 from lakehouse_writer.merge import ACTION, BASE_TIME, DATAFUSION, merge_clauses
+from lakehouse_writer.ranges import OffsetRanges, messages_per_topic
 from lakehouse_writer.read import resolve
 from lakehouse_writer.tables import TableInfo, TableRef
 from lakehouse_writer.truncate import Truncate, distinct_truncates
@@ -60,8 +62,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lakehouse_writer.catalog import SchemaCatalog
-    from lakehouse_writer.parallel import TableApplier
-    from lakehouse_writer.ranges import OffsetRanges
+    from lakehouse_writer.parallel import Outcome, TableApplier
     from lakehouse_writer.scan import Expected
     from lakehouse_writer.small import SmallChanges
     from lakehouse_writer.tables import TableManager
@@ -216,9 +217,7 @@ class SmallTables:
         """
         if not self.max_rows or ranges is None:
             return expected
-        spans: dict[str, int] = {}
-        for (topic, _), (first, end) in ranges.items():
-            spans[topic] = spans.get(topic, 0) + end - first
+        spans = messages_per_topic(ranges)
         return [e for e in expected if spans.get(e.entry.topic or "", 0) > self.max_rows]
 
     def apply(
@@ -250,10 +249,9 @@ class SmallTables:
         small = self._small_tables(rows, decoded, stopped, busy, applier)
         if not small:
             return taken
-        raw = self._collect(data, [t.header for t in small])
-        outcomes = applier.map(
-            lambda t, _: self._apply_one(t, raw.get(t.header, []), batch_id), small
-        )
+        outcomes = []
+        for chunk in _chunks(small, rows, self.max_rows):
+            outcomes += self._apply_chunk(data, chunk, batch_id, applier)
         left: dict[str, str] = {}
         for outcome in outcomes:
             if isinstance(outcome.error, Unfit):
@@ -327,6 +325,13 @@ class SmallTables:
                 applied = self._truncates.of(ref.qualified)
                 small.append(_Table(ref, header, schema_json, schema, keys, info, applied))
         return small
+
+    def _apply_chunk(
+        self, data: DataFrame, chunk: list[_Table], batch_id: int, applier: TableApplier
+    ) -> list[Outcome[_Table, ApplyResult]]:
+        """Collect the raw rows of ``chunk``'s tables, then apply each (several at once)."""
+        raw = self._collect(data, [t.header for t in chunk])
+        return applier.map(lambda t, _: self._apply_one(t, raw.get(t.header, []), batch_id), chunk)
 
     def _collect(self, data: DataFrame, headers: list[bytes]) -> dict[bytes, list[dict[str, Any]]]:
         """The raw rows of ``headers``, by header: one Spark job."""
@@ -518,6 +523,22 @@ class SmallTables:
             rejected=None,
             small=True,
         )
+
+
+def _chunks(small: list[_Table], rows: Mapping[bytes, int], budget: int) -> list[list[_Table]]:
+    """``small`` in runs of at most ``budget`` rows together: the rows the driver holds at once.
+
+    No table has more rows than ``budget`` (:meth:`SmallTables._small_tables`).
+    """
+    chunks: list[list[_Table]] = []
+    held = budget
+    for table in small:
+        if held + rows[table.header] > budget:
+            chunks.append([])
+            held = 0
+        chunks[-1].append(table)
+        held += rows[table.header]
+    return chunks
 
 
 def _plain(info: TableInfo) -> bool:
