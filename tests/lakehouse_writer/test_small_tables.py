@@ -33,10 +33,12 @@ from lakehouse_writer.small_tables import (
     SmallTables,
     Unfit,
     _check_reload,
+    _chunks,
     _kept,
     _key_range,
     _latest_per_key,
     _moved_keys,
+    _Table,
 )
 from lakehouse_writer.truncate import Truncate
 from producer_lib.schema import (
@@ -306,3 +308,14 @@ def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_tak
     assert _lane(0).scanned(expected, ranges) == expected  # the driver's path off
     cloud = _lane(100, "abfss://lake@account.dfs.core.windows.net/lake")
     assert cloud.scanned(expected, ranges) == expected  # delta-rs does not write there
+
+
+def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
+    tables = [
+        _Table(None, bytes([i]), "", None, (), None, [])  # type: ignore[arg-type]
+        for i in range(5)
+    ]
+    rows = {bytes([0]): 60, bytes([1]): 40, bytes([2]): 100, bytes([3]): 1, bytes([4]): 99}
+    runs = [[t.header[0] for t in run] for run in _chunks(tables, rows, 100)]
+    assert runs == [[0, 1], [2], [3, 4]]
+    assert _chunks([], rows, 100) == []
