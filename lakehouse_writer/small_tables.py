@@ -110,6 +110,26 @@ class _Table:
 
 
 @dataclass(frozen=True)
+class _Raw:
+    """A table's rows in the batch as they came from Kafka, by column."""
+
+    partitions: list[int]
+    offsets: list[int]
+    keys: list[bytes | None]
+    values: list[bytes]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def where(self, i: int) -> str:
+        """Where row ``i`` is, for a message."""
+        return f"partition {self.partitions[i]}, offset {self.offsets[i]}"
+
+
+_NO_ROWS = _Raw([], [], [], [])
+
+
+@dataclass(frozen=True)
 class _Decoded:
     """A table's rows, decoded.
 
@@ -331,21 +351,29 @@ class SmallTables:
     ) -> list[Outcome[_Table, ApplyResult]]:
         """Collect the raw rows of ``chunk``'s tables, then apply each (several at once)."""
         raw = self._collect(data, [t.header for t in chunk])
-        return applier.map(lambda t, _: self._apply_one(t, raw.get(t.header, []), batch_id), chunk)
+        return applier.map(
+            lambda t, _: self._apply_one(t, raw.get(t.header, _NO_ROWS), batch_id), chunk
+        )
 
-    def _collect(self, data: DataFrame, headers: list[bytes]) -> dict[bytes, list[dict[str, Any]]]:
+    def _collect(self, data: DataFrame, headers: list[bytes]) -> dict[bytes, _Raw]:
         """The raw rows of ``headers``, by header: one Spark job."""
         from pyspark.sql import functions as F
 
         frame = data.filter(F.col(HEADER).isin(*headers)).select(
             "partition", "offset", "key", "value", HEADER
         )
-        by_header: dict[bytes, list[dict[str, Any]]] = {}
-        for row in frame.toArrow().to_pylist():
-            by_header.setdefault(bytes(row[HEADER]), []).append(row)
+        found = frame.toArrow().sort_by(HEADER)  # a stable sort: each header's rows together
+        of_row = found.column(HEADER).to_pylist()
+        columns = [found.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
+        by_header: dict[bytes, _Raw] = {}
+        start = 0
+        for end in range(1, len(of_row) + 1):
+            if end == len(of_row) or of_row[end] != of_row[start]:
+                by_header[bytes(of_row[start])] = _Raw(*(c[start:end] for c in columns))
+                start = end
         return by_header
 
-    def _apply_one(self, table: _Table, raw: list[dict[str, Any]], batch_id: int) -> ApplyResult:
+    def _apply_one(self, table: _Table, raw: _Raw, batch_id: int) -> ApplyResult:
         """Decode, check and apply one table's rows; :class:`Unfit` when Spark is to."""
         info = table.info
         app_id = txn.app_id_for(self._instance, table.ref.qualified)
@@ -387,13 +415,16 @@ class SmallTables:
             raise Unfit("delta-rs did not write the rows")
         return self._result(info, counts, truncates, reload)
 
-    def _decode(self, table: _Table, raw: list[dict[str, Any]]) -> _Decoded:
+    def _decode(self, table: _Table, raw: _Raw) -> _Decoded:
         """The rows by column name, with ``partition``/``offset``; keys checked.
 
         With at least :data:`COLUMNS_FROM_ROWS` rows, DuckDB decodes them into columns where it
         reads every field of the value and key schemas (:mod:`lakehouse_writer.avro_arrow`);
         fastavro decodes them one by one otherwise.
         """
+        names = {f.name for f in table.schema.fields.values()}
+        if not set(table.info.keys) <= names:
+            raise Unfit("the table's key columns are not all in the writer schema")
         if (
             len(raw) >= COLUMNS_FROM_ROWS
             and self._decoder.decodes(table.schema_json)
@@ -402,7 +433,7 @@ class SmallTables:
             return self._decode_columns(table, raw)
         return self._decode_rows(table, raw)
 
-    def _decode_rows(self, table: _Table, raw: list[dict[str, Any]]) -> _Decoded:
+    def _decode_rows(self, table: _Table, raw: _Raw) -> _Decoded:
         """Decode with fastavro, a row at a time."""
         from fastavro import schemaless_reader
 
@@ -413,23 +444,23 @@ class SmallTables:
         skip = header_length(header_tag(table.header))
         fields = [(f.name, f.avro_name) for f in table.schema.fields.values()]
         rows = []
-        for r in raw:
-            where = f"partition {r['partition']}, offset {r['offset']}"
+        for i, (partition, offset) in enumerate(zip(raw.partitions, raw.offsets, strict=True)):
+            where = raw.where(i)
             try:
-                value: Any = schemaless_reader(io.BytesIO(r["value"][skip:]), parsed, None)
+                value: Any = schemaless_reader(io.BytesIO(raw.values[i][skip:]), parsed, None)
             except Exception as exc:  # fastavro raises what the bytes happen to trip
                 raise Unfit(f"a value does not decode ({where}): {exc!r}") from exc
             change = value.get("__change_type") if isinstance(value, dict) else None
             if change not in _TAKEN_TYPES:
                 raise Unfit(f"row type {change!r} ({where})")
-            _check_key(r["key"], value, keys, where)
+            _check_key(raw.keys[i], value, keys, where)
             row = {name: value.get(avro) for name, avro in fields}
             row.update({name: value.get(name) for name in TECHNICAL_FIELD_NAMES})
-            row["__order"] = (_micros(value["__change_time"]), r["partition"], r["offset"])
+            row["__order"] = (_micros(value["__change_time"]), partition, offset)
             rows.append(row)
         return _Decoded(rows)
 
-    def _decode_columns(self, table: _Table, raw: list[dict[str, Any]]) -> _Decoded:
+    def _decode_columns(self, table: _Table, raw: _Raw) -> _Decoded:
         """DuckDB's decode into columns; the rows hold what the row rules read.
 
         Each row holds its change type, order, key columns, ``__source_rowid`` and (for a
@@ -437,26 +468,26 @@ class SmallTables:
         """
         skip = header_length(header_tag(table.header))
         try:
-            payload = self._decoder.decode(table.schema_json, [r["value"][skip:] for r in raw])
+            payload = self._decoder.decode(table.schema_json, [v[skip:] for v in raw.values])
         except DecodeError as exc:
             raise Unfit(f"the values do not decode: {exc}") from exc
         changes = payload.column("__change_type").to_pylist()
         wrong = next((i for i, c in enumerate(changes) if c not in _TAKEN_TYPES), None)
         if wrong is not None:
-            raise Unfit(f"row type {changes[wrong]!r} ({_where(raw[wrong])})")
+            raise Unfit(f"row type {changes[wrong]!r} ({raw.where(wrong)})")
         self._check_keys(table, raw, payload)
         avro_of = {f.name: f.avro_name for f in table.schema.fields.values()}
         times = payload.column("__change_time").cast(pa.int64()).to_pylist()
         rowids = payload.column("__source_rowid").to_pylist()
         keys = {k: payload.column(avro_of[k]).to_pylist() for k in table.info.keys}
         rows = []
-        for i, r in enumerate(raw):
+        for i, (partition, offset) in enumerate(zip(raw.partitions, raw.offsets, strict=True)):
             row = {k: column[i] for k, column in keys.items()}
             row.update(
                 __index=i,
                 __change_type=changes[i],
                 __source_rowid=rowids[i],
-                __order=(times[i], r["partition"], r["offset"]),
+                __order=(times[i], partition, offset),
             )
             if changes[i] == "T":
                 scope = payload.column("__truncate")[i].as_py()
@@ -464,32 +495,31 @@ class SmallTables:
             rows.append(row)
         return _Decoded(rows, payload, avro_of)
 
-    def _check_keys(self, table: _Table, raw: list[dict[str, Any]], payload: pa.Table) -> None:
+    def _check_keys(self, table: _Table, raw: _Raw, payload: pa.Table) -> None:
         """:class:`Unfit` unless every row's Kafka key agrees with its value."""
         import pyarrow.compute as pc
 
-        by_ref: dict[int, list[int]] = {}
-        for i, r in enumerate(raw):
-            key = r["key"]
+        by_ref: dict[int, list[tuple[int, bytes]]] = {}  # key schema -> (row, key)
+        for i, key in enumerate(raw.keys):
             found = next(
                 (j for j, ref in enumerate(table.keys) if key and key.startswith(ref.header)),
                 None,
             )
-            if found is None:
-                raise Unfit(f"a Kafka key is missing or of an unknown writer schema ({_where(r)})")
-            by_ref.setdefault(found, []).append(i)
-        for j, indices in by_ref.items():
+            if key is None or found is None:
+                where = raw.where(i)
+                raise Unfit(f"a Kafka key is missing or of an unknown writer schema ({where})")
+            by_ref.setdefault(found, []).append((i, key))
+        for j, keyed in by_ref.items():
             ref = table.keys[j]
             pairs = key_pairs(table.schema, ref)
             if isinstance(pairs, str):
                 raise Unfit(pairs)
             skip = len(ref.header)
             try:
-                decoded = self._decoder.decode(
-                    ref.schema_json, [raw[i]["key"][skip:] for i in indices]
-                )
+                decoded = self._decoder.decode(ref.schema_json, [key[skip:] for _, key in keyed])
             except DecodeError as exc:
                 raise Unfit(f"a Kafka key does not decode: {exc}") from exc
+            indices = [i for i, _ in keyed]
             values = payload.take(pa.array(indices, pa.int64()))
             for key_field, value_field in pairs:
                 agree = pc.fill_null(
@@ -500,7 +530,7 @@ class SmallTables:
                 )
                 if not pc.all(agree).as_py():
                     first = indices[agree.to_pylist().index(False)]
-                    raise Unfit(f"a Kafka key disagrees with its value ({_where(raw[first])})")
+                    raise Unfit(f"a Kafka key disagrees with its value ({raw.where(first)})")
 
     def _parse(self, schema_json: str) -> Any:
         from fastavro import parse_schema
@@ -663,10 +693,6 @@ def _key_range(rows: list[dict[str, Any]], column: str) -> tuple[Any, Any] | Non
         return min(values), max(values)
     except TypeError:
         return None
-
-
-def _where(raw: Mapping[str, Any]) -> str:
-    return f"partition {raw['partition']}, offset {raw['offset']}"
 
 
 def _micros(value: datetime) -> int:
