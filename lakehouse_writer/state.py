@@ -37,8 +37,7 @@ from lakehouse_writer import txn
 from lakehouse_writer.commits import CommitRecord
 from lakehouse_writer.holdback import held_record, held_until
 from lakehouse_writer.ranges import OffsetRanges
-from lakehouse_writer.system_tables import local_frame
-from lakehouse_writer.tables import no_data_files
+from lakehouse_writer.system_tables import local_frame, read_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -201,13 +200,8 @@ class StateStore:
 
     def load(self) -> WriterState:
         """The state after the instance's last completed batch (empty on first start)."""
-        from pyspark.sql import functions as F
-
         state = WriterState()
-        if no_data_files(self._spark, self._path):  # no table yet, or an empty one
-            return state
-        frame = self._spark.read.format("delta").load(self._path)
-        rows = frame.filter(F.col("instance") == self._instance).collect()
+        rows = read_rows(self._spark, self._path, "instance", self._instance)
         for row in sorted(rows, key=lambda r: (r.batch_id, _KIND_ORDER.get(r.kind, 9))):
             _fold(state, row)
         log.info(

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.tables import no_data_files
-
 if TYPE_CHECKING:
     from pyspark.sql import Column
     from pyspark.sql.types import DataType
@@ -138,16 +136,13 @@ class TruncateLog:
 
     def _load(self) -> dict[str, list[Truncate]]:
         from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
 
         from lakehouse_writer.state import TRUNCATE
+        from lakehouse_writer.system_tables import read_rows
 
         loaded: dict[str, list[Truncate]] = {}
-        if not no_data_files(self._spark, self._state_path):  # a table, with rows
-            state = self._spark.read.format("delta").load(self._state_path)
-            rows = state.filter(F.col("kind") == TRUNCATE).select("table", "record").collect()
-            for row in rows:
-                loaded.setdefault(row.table, []).append(from_record(row.record))
+        for row in read_rows(self._spark, self._state_path, "kind", TRUNCATE):
+            loaded.setdefault(row.table, []).append(from_record(row.record))
         if DeltaTable.isDeltaTable(self._spark, self._legacy_path):
             for row in self._spark.read.format("delta").load(self._legacy_path).collect():
                 truncate = Truncate(row.time_us, json.loads(row.scope))

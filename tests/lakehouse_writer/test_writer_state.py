@@ -134,6 +134,30 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
 
 
 @pytest.mark.spark
+def test_the_state_reads_the_same_when_its_table_needs_spark_to_read_it(spark, tmp_path):
+    """delta-rs reads a plain local state table; with deletion vectors, Spark reads it."""
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "_writer_state")
+    store = StateStore(spark, path, "a")
+    store.append(BatchChanges({("orders", 0): 12}, {"SHOP.ORDERS": 1}), 0)
+    store.append(BatchChanges({("orders", 0): 20}, {"SHOP.ORDERS": 2}), 1)
+    plain = store.load()
+    assert DeltaTable(path).protocol().min_reader_version == 1  # delta-rs read it
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    store.compact(plain)  # a DELETE of the old rows: deletion vectors now
+    assert DeltaTable(path).protocol().min_reader_version == 3
+    assert store.load() == plain
+    assert (plain.last_batch, plain.offsets, plain.versions) == (
+        1,
+        {("orders", 0): 20},
+        {"SHOP.ORDERS": 2},
+    )
+
+
+@pytest.mark.spark
 def test_a_state_table_made_ahead_is_empty_and_takes_the_first_batch(spark, tmp_path):
     from lakehouse_writer.tables import no_data_files
 
