@@ -31,15 +31,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer import txn
 from lakehouse_writer.commits import CommitRecord
 from lakehouse_writer.holdback import held_record, held_until
 from lakehouse_writer.ranges import OffsetRanges
-from lakehouse_writer.system_tables import local_frame, read_rows
+from lakehouse_writer.system_tables import DeltaRsAppend, arrow_rows, local_frame, read_rows
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -197,6 +199,7 @@ class StateStore:
         self._path = path
         self._instance = instance
         self._exists = False  # known to exist: create() looks no more
+        self._delta_rs = DeltaRsAppend(path)  # each batch's rows, where delta-rs may
 
     def load(self) -> WriterState:
         """The state after the instance's last completed batch (empty on first start)."""
@@ -236,12 +239,10 @@ class StateStore:
         rows = changes.rows(self._instance, batch_id)
         if not rows:
             return
-        txn.append(
-            self._frame(rows),
-            self._path,
-            txn.app_id_for(self._instance, STATE),
-            txn.txn_version(batch_id, txn.STEP_SYSTEM),
-        )
+        app_id = txn.app_id_for(self._instance, STATE)
+        version = txn.txn_version(batch_id, txn.STEP_SYSTEM)
+        if not self._delta_rs.append(self._arrow(rows), app_id, version):
+            txn.append(self._frame(rows), self._path, app_id, version)
 
     def compact(self, state: WriterState) -> None:
         """Rewrite this instance's rows as the live state only (atomic; others untouched).
@@ -254,6 +255,14 @@ class StateStore:
             "replaceWhere", condition
         ).save(self._path)
         log.info("writer state compacted instance=%s rows=%d", self._instance, len(rows))
+
+    def _arrow(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        """``rows`` as :meth:`_frame` gives them, in Arrow (written now)."""
+        import pyarrow as pa
+
+        data = arrow_rows(rows, STATE_SCHEMA)
+        now = pa.array([datetime.now(UTC)] * len(rows), pa.timestamp("us", "UTC"))
+        return data.append_column("written_at", now)
 
     def _frame(self, rows: list[tuple[Any, ...]]) -> Any:
         from pyspark.sql import functions as F

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer import txn
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -59,17 +61,93 @@ def local_frame(spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: st
     takes about 0.02 s. Every batch appends a few such rows (``_writer_state``, and
     ``_commits`` when it has some), so that is time off every batch.
     """
+    from pyspark.sql.types import StructType
+
+    return spark.createDataFrame(arrow_rows(rows, schema), StructType.fromDDL(schema))
+
+
+def arrow_rows(rows: Sequence[tuple[Any, ...]], schema: str) -> pa.Table:
+    """Python ``rows`` as a pyarrow table in ``schema`` (a DDL string), Spark's Arrow types."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    struct = StructType.fromDDL(schema)
-    arrow = to_arrow_schema(struct)
+    arrow = to_arrow_schema(StructType.fromDDL(schema))
     columns = list(zip(*rows, strict=True)) or [() for _ in arrow]
-    table = pa.table(
+    return pa.table(
         [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)], schema=arrow
     )
-    return spark.createDataFrame(table, struct)
+
+
+_FEATURES_WRITER = 7  # the writer version that names its features
+
+
+class DeltaRsAppend:
+    """Appends of a few rows to one local system table, by delta-rs.
+
+    Spark's append of a batch's few ``_writer_state`` rows costs a job and a commit, about
+    0.4 s of every batch; delta-rs appends them in tens of milliseconds, with the same
+    ``SetTransaction`` of (app id, version), so a replay is skipped by either engine. It
+    declines (the caller appends through Spark) where the table is not on a local path, does
+    not exist yet, has a writer feature delta-rs does not write, or where a write of it
+    failed once (not tried again in this process).
+    """
+
+    def __init__(self, path: str) -> None:
+        from lakehouse_writer.storage import is_local
+
+        self._path = path
+        self._on = is_local(path)
+        self._table: DeltaTable | None = None
+
+    def append(self, data: pa.Table, app_id: str, version: int) -> bool:
+        """Append ``data`` once as (``app_id``, ``version``); False: Spark is to append it."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        table = self._handle() if self._on else None
+        if table is None:
+            return False
+        done = table.transaction_version(app_id)
+        if done is not None and done >= version:
+            return True  # a replay
+        try:
+            write_deltalake(
+                table,
+                data,
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+            )
+        except DeltaError as exc:  # Spark appends (it skips a version the table holds)
+            log.warning("system table append left to Spark path=%s error=%s", self._path, exc)
+            self._on, self._table = False, None
+            return False
+        return True
+
+    def _handle(self) -> DeltaTable | None:
+        """The table, brought up to its latest version; None where delta-rs is not to write."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        from lakehouse_writer.small import WRITABLE_FEATURES
+        from lakehouse_writer.storage import local_path
+
+        if self._table is not None:
+            self._table.update_incremental()
+            return self._table
+        try:
+            table = DeltaTable(str(local_path(self._path)))
+        except TableNotFoundError:
+            return None  # Spark creates it
+        protocol = table.protocol()
+        if (
+            protocol.min_writer_version < 7
+            or set(protocol.writer_features or ()) - WRITABLE_FEATURES
+        ):
+            self._on = False
+            return None
+        self._table = table
+        return table
 
 
 def read_rows(spark: SparkSession, path: str, column: str, value: str) -> list[Any]:

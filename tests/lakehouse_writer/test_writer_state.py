@@ -135,7 +135,8 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
 
 @pytest.mark.spark
 def test_the_state_reads_the_same_when_its_table_needs_spark_to_read_it(spark, tmp_path):
-    """delta-rs reads a plain local state table; with deletion vectors, Spark reads it."""
+    """delta-rs reads and appends to a plain local state table; with deletion vectors, Spark
+    reads it."""
     from deltalake import DeltaTable
 
     path = str(tmp_path / "_writer_state")
@@ -144,6 +145,9 @@ def test_the_state_reads_the_same_when_its_table_needs_spark_to_read_it(spark, t
     store.append(BatchChanges({("orders", 0): 20}, {"SHOP.ORDERS": 2}), 1)
     plain = store.load()
     assert DeltaTable(path).protocol().min_reader_version == 1  # delta-rs read it
+    engines = [c.get("engineInfo") or c.get("clientVersion") for c in DeltaTable(path).history()]
+    assert engines[0].startswith("delta-rs")  # the second batch's rows: appended by delta-rs
+    assert "Apache-Spark" in engines[1]  # the first: Spark made the table
     spark.sql(
         f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
     )
