@@ -82,6 +82,7 @@ log = logging.getLogger(__name__)
 COMMITS = "_commits"
 LEGACY_TRUNCATES = "_truncates"  # where earlier versions kept the TRUNCATE log
 _STOP_WAIT_S = 60.0  # bound on waiting for Spark to record the last batch on a stop
+ONCE_QUERIES = 3  # queries a run --once starts while rows stay held back (_held_at_end)
 _BAD_RECORD_SCHEMA = (
     "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, error STRING"
 )
@@ -633,20 +634,60 @@ def run(
     """Run the writer until it drains (``once``), fails, or ``stop`` is set.
 
     On ``stop`` the running batch, if any, finishes; then the query stops. The status file
-    ends with state ``drained``, ``stopped`` or ``failed`` (with the root cause).
+    ends with state ``drained``, ``stopped`` or ``failed`` (with the root cause). ``once``
+    starts a new query while the last one ended with rows held back (:func:`_held_at_end`).
 
     Raises:
         WriterFailed: The run failed (a bad topics regex, Kafka not answering within
             ``connect_timeout_s``, a failed batch or query); the message is the root cause.
     """
     processor: BatchProcessor | None = None
+    stop = stop or threading.Event()
     try:
-        query, processor = start(spark, settings, once, connect_timeout_s)
-        write_status(settings.checkpoint_path, processor.last)  # "running": status, resume-table
-        _drive(query, processor, settings.checkpoint_path, stop or threading.Event())
+        for attempt in range(1, ONCE_QUERIES + 1):
+            query, processor = start(spark, settings, once, connect_timeout_s)
+            write_status(settings.checkpoint_path, processor.last)  # "running": resume-table
+            _drive(query, processor, settings.checkpoint_path, stop)
+            if not (once and not stop.is_set() and _held_at_end(processor, attempt)):
+                break
+            processor.close()
     except Exception as exc:
         stats, known = (processor.last, processor.failure) if processor else (None, None)
         raise report_failure(settings, exc, stats, known) from exc
+
+
+def _held_at_end(processor: BatchProcessor, attempt: int) -> bool:
+    """True when a ``run --once`` query ended with rows held back and is to be run again.
+
+    A query with ``availableNow`` plans its end offsets when it starts. Rows it holds back at
+    its end wait for partitions of their transaction it did not plan: a partition whose end
+    it fixed before the transaction committed, or a topic its Kafka source did not list
+    (seen with hundreds of topics made just before the writer started: a batch planned 250
+    of 500). A new query plans again; after :data:`ONCE_QUERIES` the run ends, and says so.
+    """
+    held = processor.state.held
+    if not held:
+        return False
+    partitions = ", ".join(f"{t}/{p}" for t, p in sorted(held)[:5])
+    more = f" and {len(held) - 5} more" if len(held) > 5 else ""
+    if attempt >= ONCE_QUERIES:
+        log.warning(
+            "run --once ends with rows held back partitions=%d (%s%s): their transactions "
+            "wait for partitions the writer has not read; the next run applies them",
+            len(held),
+            partitions,
+            more,
+        )
+        return False
+    log.warning(
+        "query ended with rows held back partitions=%d (%s%s): reading again (query %d of %d)",
+        len(held),
+        partitions,
+        more,
+        attempt + 1,
+        ONCE_QUERIES,
+    )
+    return True
 
 
 def _drive(

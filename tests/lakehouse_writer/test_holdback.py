@@ -95,3 +95,14 @@ def test_held_ranges_and_the_commits_position_survive_a_restart():
     _fold(state, SimpleNamespace(**later))
     assert (state.held, state.awaits) == ({}, {})
     assert held_until(held_record(9)) == 9
+
+
+def test_a_run_once_reads_again_while_rows_stay_held_back_a_bounded_number_of_times(caplog):
+    from lakehouse_writer.job import ONCE_QUERIES, _held_at_end
+
+    held = SimpleNamespace(state=WriterState(held={(T, 0): (5, 9)}))
+    idle = SimpleNamespace(state=WriterState())
+    assert not _held_at_end(idle, 1)  # type: ignore[arg-type]
+    assert all(_held_at_end(held, n) for n in range(1, ONCE_QUERIES))  # type: ignore[arg-type]
+    assert not _held_at_end(held, ONCE_QUERIES)  # type: ignore[arg-type]
+    assert "run --once ends with rows held back partitions=1 (orders/0)" in caplog.text
