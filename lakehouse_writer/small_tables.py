@@ -175,13 +175,18 @@ class _Decoded:
         return table
 
     def _taken(self, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-        """The payload's ``rows`` (by ``__index``) cast to ``schema``; absent columns null."""
+        """The payload's ``rows`` (by ``__index``) cast to ``schema``.
+
+        A table column the writer schema does not have is null, even where another column's
+        Avro name is spelled as it (``ORDER DATE`` is ``ORDER_DATE`` in Avro).
+        """
         assert self.payload is not None
         taken = self.payload.take(pa.array([r["__index"] for r in rows], pa.int64()))
         columns = []
         for target in schema:
-            avro = self.avro_of.get(target.name, target.name)
-            if avro in taken.column_names:
+            technical = target.name if target.name in TECHNICAL_FIELD_NAMES else None
+            avro = self.avro_of.get(target.name, technical)  # None: not the schema's column
+            if avro is not None and avro in taken.column_names:
                 columns.append(taken.column(avro).cast(target.type))
             else:
                 columns.append(pa.nulls(len(rows), target.type))

@@ -34,6 +34,7 @@ from lakehouse_writer.small_tables import (
     Unfit,
     _check_reload,
     _chunks,
+    _Decoded,
     _kept,
     _key_range,
     _latest_per_key,
@@ -319,3 +320,19 @@ def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
     runs = [[t.header[0] for t in run] for run in _chunks(tables, rows, 100)]
     assert runs == [[0, 1], [2], [3, 4]]
     assert _chunks([], rows, 100) == []
+
+
+def test_columns_the_writer_schema_lacks_are_null_even_where_an_avro_name_spells_them():
+    import pyarrow as pa
+
+    payload = pa.table({"ORDER_DATE": [1, 2], "__change_type": ["U", "U"]})  # Avro names
+    decoded = _Decoded([], payload, {"ORDER DATE": "ORDER_DATE"})
+    schema = pa.schema(
+        [("ORDER DATE", pa.int64()), ("ORDER_DATE", pa.int64()), ("__change_type", pa.string())]
+    )
+    taken = decoded._taken([{"__index": 1}, {"__index": 0}], schema)
+    assert taken.to_pydict() == {
+        "ORDER DATE": [2, 1],
+        "ORDER_DATE": [None, None],  # another version's column: not this schema's
+        "__change_type": ["U", "U"],
+    }
