@@ -276,6 +276,19 @@ class WriterProcess:
         Raises:
             AssertionError: The process ended or the time ran out first (log tail included).
         """
+        found = self.wait_for_batch_or_idle(batch_id, timeout_s, idle=False)
+        assert found is not None
+        return found
+
+    def wait_for_batch_or_idle(
+        self, batch_id: int, timeout_s: float, idle: bool = True
+    ) -> int | None:
+        """:meth:`wait_for_batch_after`, or None once the writer has read everything
+        (``idle``: its query reported a later batch id with no lag, and no batch ran).
+
+        Raises:
+            AssertionError: The process ended or the time ran out first (log tail included).
+        """
         import time
 
         deadline = time.monotonic() + timeout_s
@@ -283,6 +296,9 @@ class WriterProcess:
             status = self.status() or {}
             if status.get("last_batch_id", -1) > batch_id:
                 return int(status["last_batch_id"])
+            lag = status.get("lag") or {}
+            if idle and status.get("lag_batch_id", -1) > batch_id and lag and not any(lag.values()):
+                return None
             if self.proc.poll() is not None:
                 break
             time.sleep(0.2)
