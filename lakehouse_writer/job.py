@@ -45,7 +45,7 @@ from lakehouse_writer.read import (
     with_raw_bytes,
 )
 from lakehouse_writer.reload import ReloadBet, Speculation
-from lakehouse_writer.scan import BatchScan, ExpectedSchemas, scan
+from lakehouse_writer.scan import BatchScan, ExpectedSchemas, collect, scan
 from lakehouse_writer.scheduled import ScheduledMaintenance
 from lakehouse_writer.session import require_classic
 from lakehouse_writer.small import SmallChanges
@@ -95,7 +95,7 @@ class ScannedBatch:
     Attributes:
         rows: The rows the scan read (the held-back rows in front; without the topic the
             reload bet took).
-        found: What the scan found: the cached frame, offsets, headers, decoded rows.
+        found: What the scan found: the batch's rows, offsets, headers, decoded rows.
         changes: What the batch changes in the writer's state, filled in as it applies.
         reload: The reload written in the pass that read it, until committed or discarded.
     """
@@ -104,11 +104,6 @@ class ScannedBatch:
     found: BatchScan
     changes: BatchChanges
     reload: Speculation | None
-
-    @property
-    def frame(self) -> DataFrame:
-        """The cached batch (unpersisted by :meth:`release`)."""
-        return self.found.frame
 
     @property
     def topics(self) -> set[str]:
@@ -120,7 +115,7 @@ class ScannedBatch:
         if self.reload is not None:
             self.reload.discard()
             self.reload = None
-        self.found.frame.unpersist()
+        self.found.release()
 
 
 class WriterStopping(LakehouseWriterError):
@@ -258,12 +253,12 @@ class BatchProcessor:
             batch = self._scan(source, batch_id)
         try:
             with steps("commits"):
-                commits, bad = self._read_commits(batch.frame, batch.topics)
+                commits, bad = self._read_commits(batch.found, batch.topics)
             results, rejected = self._apply_data(batch, batch_id, steps)
             self._ahead.warm(self._merged)
             with steps("system"):
                 self._write_rejected([*rejected, *bad], batch_id, batch.rows)
-                self._write_logs(batch.frame, batch_id, batch.topics)
+                self._write_logs(batch.found, batch_id, batch.topics)
                 self._write_commits(batch_id, commits, batch.changes)
             with steps("state"):
                 self._save_state(batch.changes, batch_id)
@@ -283,7 +278,8 @@ class BatchProcessor:
         expects; :class:`~lakehouse_writer.holdback.Holdback` finds the transactions the
         batch holds whole; :class:`~lakehouse_writer.reload.ReloadBet` may write one topic's
         rows in the pass that reads them; :func:`~lakehouse_writer.scan.scan` reads, decodes
-        and counts the rest.
+        and counts the rest, or, for a batch small enough for the driver to apply whole,
+        :func:`~lakehouse_writer.scan.collect` reads it into the driver.
         """
         expected = self._ahead.batch_starts()
         reload: Speculation | None = None
@@ -298,6 +294,9 @@ class BatchProcessor:
                 if rows is None:  # the reload is all the batch holds: nothing to scan
                     rows = self._spark.createDataFrame([], plan.source.schema)
                     found = BatchScan(rows)
+                elif self._small_tables.takes_batch(plan.ranges, self.state.held):
+                    found = collect(rows, self._system_topics)
+                    log.info("batch read into the driver batch=%d rows=%d", batch_id, len(found))
                 else:
                     scanned = self._small_tables.scanned(expected, plan.ranges)
                     found = scan(rows, scanned, self._system_topics)
@@ -314,7 +313,7 @@ class BatchProcessor:
         return ScannedBatch(rows, found, changes, reload)
 
     def _read_commits(
-        self, df: DataFrame, topics: set[str]
+        self, found: BatchScan, topics: set[str]
     ) -> tuple[list[CommitRecord], list[DataFrame]]:
         """The batch's commit records (few: one per producer transaction), and bad ones."""
         from pyspark.sql import functions as F
@@ -322,18 +321,13 @@ class BatchProcessor:
         topic = self._settings.commits_topic
         if topic not in topics:
             return [], []
-        messages = (
-            df.filter(F.col("topic") == topic)
-            .select("partition", "offset", "key", "value")
-            .collect()
-        )
         records, bad = [], []
-        for m in messages:
+        for partition, offset, key, value in found.messages(topic):
             try:
-                text = bytes(m.value or b"").decode("utf-8")
-                records.append(CommitRecord.parse(text, topic, m.partition, m.offset))
+                text = bytes(value or b"").decode("utf-8")
+                records.append(CommitRecord.parse(text, topic, partition, offset))
             except (BadCommitRecord, UnicodeDecodeError) as exc:
-                bad.append((topic, m.partition, m.offset, m.key, m.value, str(exc)))
+                bad.append((topic, partition, offset, key, value, str(exc)))
         if not bad:
             return records, []
         frame = local_frame(self._spark, bad, _BAD_RECORD_SCHEMA)
@@ -351,8 +345,6 @@ class BatchProcessor:
         table all the same (from another topic), the reload's files are dropped and its rows
         applied with them (:meth:`~lakehouse_writer.reload.ReloadBet.settle`).
         """
-        from pyspark.sql import functions as F
-
         headers, changes = batch.found.headers, batch.changes
         data_topics = sorted(headers.keys() - self._system_topics)
         if not data_topics and batch.reload is None:
@@ -360,13 +352,12 @@ class BatchProcessor:
         stopped = dict(self.state.stopped)
         decoded = DecodedBatch()
         results: list[ApplyResult] = []
-        with TableApplier(batch.frame.sparkSession, self._workers) as applier:
+        with TableApplier(batch.rows.sparkSession, self._workers) as applier:
             if data_topics:
-                data = batch.frame.filter(F.col("topic").isin(*data_topics))
                 tags = set().union(*(headers[t] for t in data_topics))
                 with steps("small"):
                     small = self._small_tables.apply(
-                        data,
+                        batch.found.rows_of,
                         {h: n for h, n in batch.found.rows.items() if h is not None},
                         batch.found.decoded.keys(),
                         stopped,
@@ -377,15 +368,16 @@ class BatchProcessor:
                 results += [self._record(r, changes) for r in small.results]
                 tags -= small.headers
                 with steps("decode"):
-                    decoded = decode_batch(
-                        data,
-                        self._catalog,
-                        self._tables,
-                        stopped,
-                        tags,
-                        batch.found.decoded,
-                        applier,
-                    )
+                    if tags:  # rows the small tables did not take: Spark's path
+                        decoded = decode_batch(
+                            batch.found.of_topics(data_topics),
+                            self._catalog,
+                            self._tables,
+                            stopped,
+                            tags,
+                            batch.found.decoded,
+                            applier,
+                        )
                 for header, entry in decoded.schemas.items():
                     self._expected.saw(header, entry, decoded.keys.get(header, ()))
             changes.stopped = {t: e for t, e in stopped.items() if t not in self.state.stopped}
@@ -466,16 +458,14 @@ class BatchProcessor:
             )
         union.unpersist()
 
-    def _write_logs(self, df: DataFrame, batch_id: int, topics: set[str]) -> None:
-        from pyspark.sql import functions as F
-
+    def _write_logs(self, found: BatchScan, batch_id: int, topics: set[str]) -> None:
         s = self._settings
         for topic, table in (
             (s.execution_log_topic, "_execution_log"),
             (s.lineage_topic, "_lineage"),
         ):
             if topic in topics:
-                frame = log_rows(df.filter(F.col("topic") == topic), table)
+                frame = log_rows(found.of_topics([topic]), table)
                 self._append_system(frame, table, batch_id)
 
     def _write_commits(

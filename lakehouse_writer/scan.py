@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from lakehouse_writer.catalog import CatalogEntry
 from lakehouse_writer.framing import HEADER, avro_struct, body_column, header_column
@@ -37,7 +39,7 @@ from producer_lib.errors import SchemaError
 from producer_lib.schema import ValueSchema
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -69,22 +71,135 @@ class Expected:
 
 @dataclass
 class BatchScan:
-    """The cached batch and what one aggregate over it found.
+    """The batch as read, and what it holds.
 
     Attributes:
-        frame: The cached rows: ``topic``, ``partition``, ``offset``, ``HEADER``, ``key`` and
+        cached: The cached rows: ``topic``, ``partition``, ``offset``, ``HEADER``, ``key`` and
             ``value`` (null where the row decoded) and one ``__r<i>`` per expected schema.
+            For a batch read into the driver (:func:`collect`): None until a step asks for
+            its rows in Spark (:attr:`frame`, :meth:`of_topics`).
+        raw: A batch read into the driver: its rows as Arrow (the columns of ``cached``
+            without the ``__r<i>``); None for a batch scanned by Spark.
+        system: The topics whose rows are not change rows.
+        spark: The batch's session (makes the Spark rows of ``raw``).
         offsets: Highest offset per (topic, partition).
         headers: Headers seen per topic (None: rows without one).
         rows: Rows per header of the data topics (None: rows without one).
         decoded: Per header decoded here, its rows (:class:`Decoded`).
     """
 
-    frame: DataFrame
+    cached: DataFrame | None = None
+    raw: pa.Table | None = None
+    system: frozenset[str] = frozenset()
+    spark: SparkSession | None = None
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     headers: dict[str, set[bytes | None]] = field(default_factory=dict)
     rows: dict[bytes | None, int] = field(default_factory=dict)
     decoded: dict[bytes, Decoded] = field(default_factory=dict)
+    _made: list[DataFrame] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        """The rows of a batch read into the driver (0 for one scanned by Spark)."""
+        return 0 if self.raw is None else self.raw.num_rows
+
+    @property
+    def frame(self) -> DataFrame:
+        """The batch's rows in Spark, cached (made from :attr:`raw` on first use)."""
+        if self.cached is None:
+            self.cached = self._spark_rows(self.raw)
+        return self.cached
+
+    def of_topics(self, topics: Collection[str]) -> DataFrame:
+        """The rows of ``topics`` in Spark (of a batch in the driver: only those rows)."""
+        from pyspark.sql import functions as F
+
+        if self.cached is not None or self.raw is None:
+            return self.frame.filter(F.col("topic").isin(*topics))
+        return self._spark_rows(_where(self.raw, "topic", topics))
+
+    def messages(self, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        """``(partition, offset, key, value)`` of every row of ``topic``, in batch order."""
+        if self.raw is not None:
+            found = _where(self.raw, "topic", [topic])
+        else:
+            found = self.of_topics([topic]).select("partition", "offset", "key", "value").toArrow()
+        columns = [found.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
+        return list(zip(*columns, strict=True))
+
+    def rows_of(self, headers: Collection[bytes]) -> pa.Table:
+        """The data rows with one of ``headers``, each header's rows together, in batch order.
+
+        Columns ``partition``, ``offset``, ``key``, ``value`` and ``HEADER``; one Spark job
+        for a batch scanned by Spark, none for a batch in the driver.
+        """
+        from pyspark.sql import functions as F
+
+        columns = ["partition", "offset", "key", "value", HEADER]
+        if self.raw is not None:
+            data = _where(self.raw, "topic", self.system, keep=False)
+            found = _where(data, HEADER, headers).select(columns)
+        else:
+            data = (
+                self.frame.filter(~F.col("topic").isin(*self.system)) if self.system else self.frame
+            )
+            found = data.filter(F.col(HEADER).isin(*headers)).select(*columns).toArrow()
+        return found.sort_by(HEADER)  # a stable sort: each header's rows together
+
+    def release(self) -> None:
+        """Drop what was cached for the batch."""
+        if self.cached is not None:
+            self.cached.unpersist()
+        for frame in self._made:
+            frame.unpersist()
+        self._made.clear()
+
+    def _spark_rows(self, rows: pa.Table | None) -> DataFrame:
+        assert rows is not None and self.spark is not None, "a batch scanned by Spark has one"
+        frame = self.spark.createDataFrame(rows).persist()
+        self._made.append(frame)
+        return frame
+
+
+def _where(table: pa.Table, column: str, values: Collection[Any], keep: bool = True) -> pa.Table:
+    """The rows of ``table`` whose ``column`` is one of ``values`` (or none, ``keep=False``)."""
+    import pyarrow.compute as pc
+
+    mask = pc.is_in(
+        table.column(column), value_set=pa.array(list(values), table.schema.field(column).type)
+    )
+    return table.filter(mask if keep else pc.invert(mask))
+
+
+def collect(df: DataFrame, system_topics: Iterable[str]) -> BatchScan:
+    """Read a small batch into the driver: one Spark job, no cache, nothing decoded.
+
+    For a batch the driver applies whole (:mod:`lakehouse_writer.small_tables`): the scan's
+    job and cache, then a second job to collect the small tables' rows, cost more than the
+    rows (``docs/PERFORMANCE.md``). What :func:`scan` finds by an aggregate is counted here
+    from the rows; a step that needs rows in Spark after all (a table left to Spark's path,
+    the logs) gets them from :meth:`BatchScan.of_topics`.
+    """
+    system = frozenset(system_topics)
+    raw = (
+        few_partitions(df)
+        .select("topic", "partition", "offset", header_column().alias(HEADER), "key", "value")
+        .toArrow()
+    )
+    found = BatchScan(raw=raw, system=system, spark=df.sparkSession)
+    highest = raw.group_by(["topic", "partition"]).aggregate([("offset", "max")])
+    for topic, partition, offset in zip(
+        *(highest.column(c).to_pylist() for c in ("topic", "partition", "offset_max")),
+        strict=True,
+    ):
+        found.offsets[(topic, int(partition))] = int(offset)
+    counted = raw.group_by(["topic", HEADER]).aggregate([("offset", "count")])
+    for topic, head, n in zip(
+        *(counted.column(c).to_pylist() for c in ("topic", HEADER, "offset_count")), strict=True
+    ):
+        found.headers.setdefault(topic, set()).add(head)
+        if topic not in system:
+            found.rows[head] = found.rows.get(head, 0) + int(n)
+    return found
 
 
 def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) -> BatchScan:
@@ -122,7 +237,7 @@ def scan(df: DataFrame, expected: list[Expected], system_topics: Iterable[str]) 
         *[f"__r{i}" for i in range(len(expected))],
     )
     frame = frame.persist()
-    found = BatchScan(frame)
+    found = BatchScan(frame, system=frozenset(system))
     try:
         groups = _aggregate(frame, expected)
     except BaseException:

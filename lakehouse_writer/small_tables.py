@@ -5,10 +5,12 @@ each of them costs a decode job, a summary job and some twenty analyzed DataFram
 before delta-rs merges its few rows: the plans, not the rows, were the batch's time
 (``docs/PERFORMANCE.md``). :class:`SmallTables` takes such tables off Spark's path:
 
-1. The scan does not decode the topics with at most ``max_rows`` messages in the batch
-   (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch.
-2. One Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`), or
-   one per run of tables of ``max_rows`` rows together: what the driver holds at once.
+1. A batch of at most ``max_rows`` messages is read into the driver whole, in one Spark job
+   (:meth:`SmallTables.takes_batch`, :func:`~lakehouse_writer.scan.collect`). In a larger
+   batch the scan does not decode the topics with at most ``max_rows`` messages
+   (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch, and one
+   Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`), or one
+   per run of tables of ``max_rows`` rows together: what the driver holds at once.
 3. Per table, the values and the keys are decoded, and every key must agree with its value
    (:mod:`lakehouse_writer.keys`): by DuckDB into columns from :data:`COLUMNS_FROM_ROWS` rows
    (:mod:`lakehouse_writer.avro_arrow`), by fastavro a row at a time below that.
@@ -35,7 +37,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -59,7 +61,7 @@ from producer_lib.schema import ValueSchema
 from producer_lib.schema.value_schema import TECHNICAL_FIELD_NAMES
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from lakehouse_writer.catalog import SchemaCatalog
     from lakehouse_writer.parallel import Outcome, TableApplier
@@ -127,6 +129,19 @@ class _Raw:
 
 
 _NO_ROWS = _Raw([], [], [], [])
+
+
+def _by_header(found: pa.Table) -> dict[bytes, _Raw]:
+    """Raw rows by header, from rows with each header's together (``BatchScan.rows_of``)."""
+    of_row = found.column(HEADER).to_pylist()
+    columns = [found.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
+    by_header: dict[bytes, _Raw] = {}
+    start = 0
+    for end in range(1, len(of_row) + 1):
+        if end == len(of_row) or of_row[end] != of_row[start]:
+            by_header[bytes(of_row[start])] = _Raw(*(c[start:end] for c in columns))
+            start = end
+    return by_header
 
 
 @dataclass(frozen=True)
@@ -245,9 +260,24 @@ class SmallTables:
         spans = messages_per_topic(ranges)
         return [e for e in expected if spans.get(e.entry.topic or "", 0) > self.max_rows]
 
+    def takes_batch(self, ranges: OffsetRanges | None, held: OffsetRanges) -> bool:
+        """Whether the batch is small enough to read into the driver whole.
+
+        ``ranges``: the batch's offset ranges; ``held``: the ranges of the rows held back
+        before, read again in front. At most :attr:`max_rows` messages in all (transaction
+        markers counted): every table of it is small enough to be applied here.
+        """
+        if not self.max_rows or ranges is None:
+            return False
+        spans = [
+            *messages_per_topic(ranges).values(),
+            *(end - first for first, end in held.values()),
+        ]
+        return sum(spans) <= self.max_rows
+
     def apply(
         self,
-        data: DataFrame,
+        rows_of: Callable[[Collection[bytes]], pa.Table],
         rows: Mapping[bytes, int],
         decoded: Collection[bytes],
         stopped: Collection[str],
@@ -258,9 +288,9 @@ class SmallTables:
         """Apply the tables of the batch that are small and take no Spark (see above).
 
         Args:
-            data: The cached batch's rows of data topics (raw ``key``/``value`` where the
-                scan did not decode them).
-            rows: Rows per header in ``data``.
+            rows_of: The raw rows of data topics with the given headers, each header's rows
+                together in batch order (:meth:`~lakehouse_writer.scan.BatchScan.rows_of`).
+            rows: Rows per header of the batch's data topics.
             decoded: Headers the scan decoded (their tables stay on Spark's path).
             stopped: Tables stopped by a schema error (Spark's path rejects their rows).
             batch_id: The micro-batch.
@@ -276,7 +306,7 @@ class SmallTables:
             return taken
         outcomes = []
         for chunk in _chunks(small, rows, self.max_rows):
-            outcomes += self._apply_chunk(data, chunk, batch_id, applier)
+            outcomes += self._apply_chunk(rows_of, chunk, batch_id, applier)
         left: dict[str, str] = {}
         for outcome in outcomes:
             if isinstance(outcome.error, Unfit):
@@ -352,31 +382,17 @@ class SmallTables:
         return small
 
     def _apply_chunk(
-        self, data: DataFrame, chunk: list[_Table], batch_id: int, applier: TableApplier
+        self,
+        rows_of: Callable[[Collection[bytes]], pa.Table],
+        chunk: list[_Table],
+        batch_id: int,
+        applier: TableApplier,
     ) -> list[Outcome[_Table, ApplyResult]]:
         """Collect the raw rows of ``chunk``'s tables, then apply each (several at once)."""
-        raw = self._collect(data, [t.header for t in chunk])
+        raw = _by_header(rows_of([t.header for t in chunk]))
         return applier.map(
             lambda t, _: self._apply_one(t, raw.get(t.header, _NO_ROWS), batch_id), chunk
         )
-
-    def _collect(self, data: DataFrame, headers: list[bytes]) -> dict[bytes, _Raw]:
-        """The raw rows of ``headers``, by header: one Spark job."""
-        from pyspark.sql import functions as F
-
-        frame = data.filter(F.col(HEADER).isin(*headers)).select(
-            "partition", "offset", "key", "value", HEADER
-        )
-        found = frame.toArrow().sort_by(HEADER)  # a stable sort: each header's rows together
-        of_row = found.column(HEADER).to_pylist()
-        columns = [found.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
-        by_header: dict[bytes, _Raw] = {}
-        start = 0
-        for end in range(1, len(of_row) + 1):
-            if end == len(of_row) or of_row[end] != of_row[start]:
-                by_header[bytes(of_row[start])] = _Raw(*(c[start:end] for c in columns))
-                start = end
-        return by_header
 
     def _apply_one(self, table: _Table, raw: _Raw, batch_id: int) -> ApplyResult:
         """Decode, check and apply one table's rows; :class:`Unfit` when Spark is to."""

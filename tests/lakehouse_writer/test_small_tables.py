@@ -1,9 +1,11 @@
 """Small tables applied in the driver (Python decode + delta-rs) agree with Spark's path.
 
-The same Kafka topics are drained three times, by ``lakehouse-writer run --once``, into three
-lakehouses: with the driver's path on (the default: these few rows are decoded by fastavro),
-on with DuckDB's decode into columns (``COLUMNS_FROM_ROWS`` 0), and off
-(``LAKEHOUSE_SMALL_MERGE_ROWS=0``: every table through Spark's decode and MERGE). Every column
+The same Kafka topics are drained four times, by ``lakehouse-writer run --once``, into four
+lakehouses: with the driver's path on (the default: each batch is read into the driver whole
+and these few rows are decoded by fastavro), on with DuckDB's decode into columns
+(``COLUMNS_FROM_ROWS`` 0), on for tables only (``LAKEHOUSE_SMALL_MERGE_ROWS=12``: the batch is
+larger, so Spark scans it and the driver collects the small tables' rows from the scan), and
+off (``LAKEHOUSE_SMALL_MERGE_ROWS=0``: every table through Spark's decode and MERGE). Every column
 of every table must be equal, and equal to what the rows say. The tables cover the types of a
 source system's columns and names Avro has to encode, upserts and deletes within and across
 transactions, an older transaction produced after a newer one, a reload into a new table,
@@ -180,27 +182,38 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
         with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
             assert main(argv) == 0
 
-    _first_run(kafka_bootstrap, topics, schemas)
+    _first_run(kafka_bootstrap, topics, schemas)  # 17 rows: 21 offsets with the markers
     caplog.clear()
     drain("driver", "10000")
+    assert "batch read into the driver batch=0 rows=17" in caplog.text
     assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
     caplog.clear()
     drain("columns", "10000", columns_from=0)
     assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
+    caplog.clear()
+    drain("scanned", "12")
+    assert "batch read into the driver" not in caplog.text
+    assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
     drain("spark", "0")
-    _second_run(kafka_bootstrap, topics, schemas)
+    _second_run(kafka_bootstrap, topics, schemas)  # 20 rows: 25 offsets, 11 in DELTAS
     caplog.clear()
     drain("driver", "10000")
+    assert "batch read into the driver batch=1 rows=20" in caplog.text
     assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
     assert "left to Spark table=ERP.ARCHIVED batch=1 reason=row type 'P'" in caplog.text
     caplog.clear()
     drain("columns", "10000", columns_from=0)
+    assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
+    caplog.clear()
+    drain("scanned", "12")
+    assert "batch read into the driver" not in caplog.text
     assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
     drain("spark", "0")
 
     driver, by_spark = _tables(spark, tmp_path / "driver"), _tables(spark, tmp_path / "spark")
     assert driver == by_spark
     assert _tables(spark, tmp_path / "columns") == by_spark
+    assert _tables(spark, tmp_path / "scanned") == by_spark
     assert _names(spark, tmp_path / "driver", "DELTAS") == [
         (1, "last of its transaction"),
         (2, "updated"),
@@ -309,6 +322,16 @@ def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_tak
     assert _lane(0).scanned(expected, ranges) == expected  # the driver's path off
     cloud = _lane(100, "abfss://lake@account.dfs.core.windows.net/lake")
     assert cloud.scanned(expected, ranges) == expected  # delta-rs does not write there
+
+
+def test_a_batch_is_read_into_the_driver_whole_only_when_all_it_holds_is_small():
+    ranges = {("a", 0): (0, 60), ("a", 1): (10, 40), ("b", 0): (5, 15)}  # 100 messages
+    assert _lane(100).takes_batch(ranges, {})
+    assert not _lane(99).takes_batch(ranges, {})
+    assert not _lane(100).takes_batch(ranges, {("a", 0): (0, 1)})  # held back rows read again
+    assert not _lane(100).takes_batch(None, {})  # ranges not known
+    assert not _lane(0).takes_batch(ranges, {})  # the driver's path off
+    assert not _lane(100, "abfss://lake@account.dfs.core.windows.net/lake").takes_batch(ranges, {})
 
 
 def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
