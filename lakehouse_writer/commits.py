@@ -35,6 +35,15 @@ _FRAME_SCHEMA = (
     "raw STRING, table_versions MAP<STRING, BIGINT>, unapplied_tables ARRAY<STRING>, "
     "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT"
 )
+# The columns of a ``_commits`` row (:func:`commit_frame`), and of what ``append_system`` adds.
+COMMIT_ROW_SCHEMA = (
+    f"{COMMIT_JSON_SCHEMA}, transaction_ts TIMESTAMP, table_versions MAP<STRING, BIGINT>, "
+    "unapplied_tables ARRAY<STRING>, kafka_topic STRING, kafka_partition INT, "
+    "kafka_offset BIGINT, raw STRING, batch_id BIGINT, written_at TIMESTAMP"
+)
+_TEXT = ("commit_id", "producer", "source_system", "function_name")
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
 
 
 class BadCommitRecord(ValueError):
@@ -112,6 +121,88 @@ class CommitRecord:
         touched = sorted({table for topic, table in self.tables if ours(topic)})
         unapplied = [t for t in touched if t not in versions or t in stopped]
         return {t: versions[t] for t in touched if t not in unapplied}, unapplied
+
+
+def commit_rows(
+    completed: Iterable[CommitRecord],
+    versions: Mapping[str, int],
+    ours: TopicFilter,
+    stopped: Collection[str] = (),
+) -> list[tuple[Any, ...]] | None:
+    """:func:`commit_frame`'s rows, built in Python (no Spark job).
+
+    Each in the columns of :data:`COMMIT_ROW_SCHEMA` but the last two (``batch_id``,
+    ``written_at``), ``transaction_ts`` in microseconds. None when a record holds a value
+    whose JSON type is not its column's (a number where text is expected, say): Spark's
+    ``from_json`` converts or nulls such values, and :func:`commit_frame` is to build those
+    rows.
+    """
+    rows = []
+    for record in completed:
+        data = json.loads(record.raw)
+        fields = _record_fields(data)
+        if fields is None:
+            return None
+        found, missing = record.versions(versions, ours, stopped)
+        when = fields[4]
+        rows.append(
+            (
+                *fields,
+                when,
+                found,
+                missing,
+                record.topic,
+                record.partition,
+                record.offset,
+                record.raw,
+            )
+        )
+    return rows
+
+
+def _record_fields(data: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The fields of :data:`COMMIT_JSON_SCHEMA` of one record; None: a value of another type."""
+    text = tuple(data.get(name) for name in _TEXT)
+    when = data.get("transaction_time")
+    tables = _structs(data.get("tables"), {"topic": str, "table": str, "rows": int})
+    partitions = _structs(
+        data.get("partitions"),
+        {"topic": str, "partition": int, "min_offset": int, "max_offset": int, "rows": int},
+    )
+    if (
+        not all(v is None or isinstance(v, str) for v in text)
+        or not _is_int(when, _LONG_MAX)
+        or tables is False
+        or partitions is False
+    ):
+        return None
+    return (*text, when, tables, partitions)
+
+
+def _structs(value: Any, kinds: Mapping[str, type]) -> list[dict[str, Any]] | None | bool:
+    """A JSON array of objects as the column's structs; None for null, False: another type."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        return False
+    out = []
+    for item in value:
+        struct = {name: item.get(name) for name in kinds}
+        for name, kind in kinds.items():
+            v = struct[name]
+            limit = _INT_MAX if name == "partition" else _LONG_MAX
+            ok = _is_int(v, limit) if kind is int else (v is None or isinstance(v, str))
+            if not ok:
+                return False
+        out.append(struct)
+    return out
+
+
+def _is_int(value: Any, limit: int) -> bool:
+    """None, or a JSON integer (not a boolean) within the column's type."""
+    if value is None:
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and -limit - 1 <= value <= limit
 
 
 def _offset(value: Any) -> int | None:

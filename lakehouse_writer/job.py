@@ -31,7 +31,13 @@ from lakehouse_writer.ahead import Ahead
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
 from lakehouse_writer.checkpoint_guard import check_checkpoint
-from lakehouse_writer.commits import BadCommitRecord, CommitRecord, commit_frame
+from lakehouse_writer.commits import (
+    COMMIT_ROW_SCHEMA,
+    BadCommitRecord,
+    CommitRecord,
+    commit_frame,
+    commit_rows,
+)
 from lakehouse_writer.conflicts import retry_on_conflict
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, secrets_of
@@ -55,10 +61,13 @@ from lakehouse_writer.status import BatchStats, lag_of, record_lag, write_status
 from lakehouse_writer.storage import CheckpointFiles
 from lakehouse_writer.system_tables import (
     REJECTED,
+    DeltaRsAppend,
     append_system,
+    arrow_rows,
     local_frame,
     log_rows,
     rejected_rows,
+    system_txn,
 )
 from lakehouse_writer.tables import (
     TableInfo,
@@ -171,6 +180,7 @@ class BatchProcessor:
             settings.commits_topic,
             self._ours,
         )
+        self._commits = DeltaRsAppend(f"{self._lake}/{COMMITS}")  # where delta-rs may
         self._truncates = TruncateLog(
             spark, f"{self._lake}/{STATE}", f"{self._lake}/{LEGACY_TRUNCATES}"
         )
@@ -490,8 +500,9 @@ class BatchProcessor:
             versions = {**state.versions, **changes.versions}
             ordered = sorted(complete, key=lambda c: (c.topic, c.partition, c.offset))
             stopped = {**state.stopped, **changes.stopped}
-            frame = commit_frame(self._spark, ordered, versions, ours, stopped)
-            self._append_system(frame, COMMITS, batch_id)
+            if not self._append_commits(ordered, versions, stopped, batch_id):
+                frame = commit_frame(self._spark, ordered, versions, ours, stopped)
+                self._append_system(frame, COMMITS, batch_id)
         if waiting:
             log.info(
                 "commits batch=%d written=%d pending=%d",
@@ -499,6 +510,22 @@ class BatchProcessor:
                 len(complete),
                 len(waiting) - len(complete),
             )
+
+    def _append_commits(
+        self,
+        ordered: list[CommitRecord],
+        versions: dict[str, int],
+        stopped: dict[str, str],
+        batch_id: int,
+    ) -> bool:
+        """Append the ``_commits`` rows by delta-rs (no Spark job); False: Spark is to."""
+        rows = commit_rows(ordered, versions, self._ours, stopped)
+        if rows is None:
+            return False
+        now = time.time_ns() // 1000
+        data = arrow_rows([(*row, batch_id, now) for row in rows], COMMIT_ROW_SCHEMA)
+        app_id, version = system_txn(self._instance, f"{self._lake}/{COMMITS}", batch_id)
+        return self._commits.append(data, app_id, version)
 
     def _append_system(self, frame: DataFrame, table: str, batch_id: int) -> None:
         path = f"{self._lake}/{table}"

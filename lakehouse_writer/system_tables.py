@@ -85,8 +85,8 @@ _FEATURES_WRITER = 7  # the writer version that names its features
 class DeltaRsAppend:
     """Appends of a few rows to one local system table, by delta-rs.
 
-    Spark's append of a batch's few ``_writer_state`` rows costs a job and a commit, about
-    0.4 s of every batch; delta-rs appends them in tens of milliseconds, with the same
+    Spark's append of a batch's few ``_writer_state`` or ``_commits`` rows costs a job and a
+    commit, about 0.4 s of every batch; delta-rs appends them in tens of milliseconds, with the same
     ``SetTransaction`` of (app id, version), so a replay is skipped by either engine. It
     declines (the caller appends through Spark) where the table is not on a local path, does
     not exist yet, has a writer feature delta-rs does not write, or where a write of it
@@ -198,8 +198,15 @@ def append_system(df: DataFrame, path: str, instance_id: str, batch_id: int) -> 
     rows = df.withColumn("batch_id", F.lit(batch_id).cast("long")).withColumn(
         "written_at", F.current_timestamp()
     )
-    app_id = txn.app_id_for(instance_id, path.rsplit("/", 1)[-1])
-    txn.append(rows, path, app_id, txn.txn_version(batch_id, txn.STEP_SYSTEM), merge_schema=True)
+    app_id, version = system_txn(instance_id, path, batch_id)
+    txn.append(rows, path, app_id, version, merge_schema=True)
+
+
+def system_txn(instance_id: str, path: str, batch_id: int) -> tuple[str, int]:
+    """The (app id, version) of a batch's append to the system table at ``path``."""
+    return txn.app_id_for(instance_id, path.rsplit("/", 1)[-1]), txn.txn_version(
+        batch_id, txn.STEP_SYSTEM
+    )
 
 
 EXECUTION_LOG_JSON_SCHEMA = (
