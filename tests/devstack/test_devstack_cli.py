@@ -27,6 +27,7 @@ def own_stack(tmp_path, monkeypatch):
     broker.down()
 
 
+@pytest.mark.slow  # starts and stops a broker of its own
 def test_up_twice_status_env_down(own_stack, capsys):
     assert main(["status"]) == EXIT_NOT_RUNNING
 

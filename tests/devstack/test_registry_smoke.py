@@ -7,6 +7,9 @@ import urllib.request
 import uuid
 
 import fastavro
+import pytest
+
+pytestmark = pytest.mark.slow  # starts the Apicurio registry (a JVM)
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 

@@ -22,7 +22,7 @@ from producer_lib import RunFailed
 from producer_lib.staging import load_packaged_extension
 from tests.support.decode import decoded_values
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 PROPS = "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true'"
 REVENUE = (

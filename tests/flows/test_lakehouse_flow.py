@@ -12,7 +12,7 @@ from flows.lakehouse import LakehouseFlow
 from tests.support.consume import consume_all
 from tests.support.decode import decoded_values
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 CUSTOMERS = [(1, "AUTOMOBILE"), (2, "BUILDING"), (3, "BUILDING"), (4, "MACHINERY")]
 ORDERS = [(10, 1, "100.00"), (11, 2, "50.50"), (12, 3, "25.25"), (13, 4, "7.00")]

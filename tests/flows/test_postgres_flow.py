@@ -20,7 +20,7 @@ from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
 from tests.support.consume import consume_all
 from tests.support.decode import decoded_values
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 CHANGES = """

@@ -19,7 +19,7 @@ from tests.support.consume import consume_all
 from tests.support.decode import decoded_values
 from tests.support.rest_server import ShopApi
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 PAGE_SIZE, CONCURRENCY = 20, 4  # 250 orders: 13 pages
 

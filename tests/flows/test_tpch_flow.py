@@ -44,6 +44,7 @@ def test_initial_load_publishes_every_table_as_one_snapshot(tpch_env):
     assert len({v["__change_time"] for v in orders}) == 1  # one transaction, one time
 
 
+@pytest.mark.slow
 def test_delta_load_publishes_exactly_the_changes_since_the_pointer(tpch_env):
     asyncio.run(TpchFlow().run("initial"))
     summary = apply_changes(tpch_env["source"], updated=12, added=5, deleted=3)

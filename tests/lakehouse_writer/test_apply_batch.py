@@ -12,7 +12,7 @@ from lakehouse_writer.apply import apply_batch
 from lakehouse_writer.tables import TableManager
 from tests.support.writer import rows_df, sample_schema, table_rows
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from tests.support.writer import (
     writer_env,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 ORDERS = sample_schema("ORDERS")
 

@@ -56,6 +56,7 @@ def _read(spark: Any, path: str) -> list[dict[str, Any]]:
     return [r.asDict(recursive=True) for r in sorted(rows, key=lambda r: r.kafka_offset)]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_commits_appended_by_delta_rs_equal_the_rows_sparks_path_appends(spark, tmp_path):
     first = [_record(1)]

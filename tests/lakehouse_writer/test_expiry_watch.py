@@ -69,6 +69,7 @@ def test_a_batch_report_leads_to_one_warning_a_minute(kafka_bootstrap, new_topic
     assert f"retention.ms={HOUR_MS}" in warnings[0]
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_does_not_hold_up_the_batch():
     """The lookups time out after seconds; the batch that reported its offsets goes on."""
     watch = ExpiryWatch({"bootstrap.servers": f"127.0.0.1:{free_port_block(1)}"})

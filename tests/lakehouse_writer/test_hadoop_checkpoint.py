@@ -22,7 +22,7 @@ from lakehouse_writer.status import read_status
 from lakehouse_writer.storage import CheckpointFiles, StorageError
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 LOG = sample_schema("LOG", keyed=False)  # append-only: a replayed append would double rows
 

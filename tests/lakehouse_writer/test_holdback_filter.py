@@ -6,7 +6,7 @@ import pytest
 
 from lakehouse_writer.holdback import keep_before
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_cuts_over_hundreds_of_partitions_keep_exactly_the_rows_before_them(spark):

@@ -111,6 +111,7 @@ def _stored(path: str) -> set[str]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_maintain_compacts_small_files_and_keeps_every_row(spark, tmp_path):
     path = _table(spark, tmp_path, "ORDERS")
     _append(spark, path, range(12))
@@ -129,6 +130,7 @@ def test_maintain_compacts_small_files_and_keeps_every_row(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_vacuum_keeps_the_platform_history_unless_governance_is_shorter(spark, tmp_path):
     short = _table(spark, tmp_path, "SHORT", governance="PT0S")
     default = _table(spark, tmp_path, "DEFAULT")
@@ -157,6 +159,7 @@ def test_vacuum_keeps_the_platform_history_unless_governance_is_shorter(spark, t
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_delete_marked_gdpr_is_vacuumed_with_the_completion_time(spark, tmp_path):
     path = _table(spark, tmp_path, "PEOPLE")
     spark.sql(
@@ -184,6 +187,7 @@ def test_a_delete_marked_gdpr_is_vacuumed_with_the_completion_time(spark, tmp_pa
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_cli_dry_run_prints_the_plan_and_changes_nothing(spark, tmp_path, capsys, monkeypatch):
     path = _table(spark, tmp_path, "ORDERS", governance="P1D")
     _append(spark, path, range(4))
@@ -203,6 +207,7 @@ def test_cli_dry_run_prints_the_plan_and_changes_nothing(spark, tmp_path, capsys
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_cli_names_a_table_it_cannot_maintain_and_exits_1(spark, tmp_path, capsys):
     code = main(["maintain", "--lakehouse", str(tmp_path), "--table", "SHOP.MISSING"])
 
@@ -213,6 +218,7 @@ def test_cli_names_a_table_it_cannot_maintain_and_exits_1(spark, tmp_path, capsy
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_spent_budget_starts_no_table(spark, tmp_path):
     path = _table(spark, tmp_path, "ORDERS")
     log_before = sorted(p.name for p in (Path(path) / "_delta_log").iterdir())

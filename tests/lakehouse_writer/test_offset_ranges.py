@@ -17,7 +17,7 @@ from confluent_kafka.admin import NewTopic
 
 from lakehouse_writer.ranges import _from_text, _walked, offset_ranges
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def test_the_ranges_read_from_the_plans_text_are_those_of_each_partition(

@@ -29,6 +29,7 @@ def _txns(path: str) -> list[tuple[int, str, int]]:
     return found
 
 
+@pytest.mark.slow
 def test_concurrent_merges_commit_each_tables_own_txn_ids_and_replays_change_nothing(
     spark, tmp_path
 ):
@@ -75,6 +76,7 @@ def test_concurrent_merges_commit_each_tables_own_txn_ids_and_replays_change_not
         assert all(a == app_id for _, a, _ in _txns(table.path))  # no other table's ids
 
 
+@pytest.mark.slow
 def test_every_table_runs_and_errors_come_back_in_table_order(spark):
     def apply(item, session):
         if item == 2:
@@ -104,6 +106,7 @@ def test_workers_come_from_the_environment_and_a_bad_value_is_refused(monkeypatc
     assert "zero-ish" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_rows_decoded_once_can_be_planned_from_many_threads_at_once(spark):
     """PySpark's from_avro options map is built by one shared builder: threads raced on it."""
     import io

@@ -393,6 +393,7 @@ def apply_group(harness: Harness, flow: Flow, batches: int = 1) -> list[str]:
     return mismatches(harness.spark, lake, flow)
 
 
+@pytest.mark.slow
 def test_writer_agrees_with_the_reference_model(harness):
     """50 sequences; TRUNCATEs whole-table and scoped (``__truncate``) alike."""
     check_flows(harness, SEQUENCES, scoped=True)
@@ -407,12 +408,14 @@ def test_writer_agrees_with_the_reference_model_at_length(harness):
     ("pinned", "batches"),
     [pytest.param(seq, batches, id=name) for name, (seq, batches) in model.CAPPED_BATCHES.items()],
 )
+@pytest.mark.slow
 def test_capped_batches_apply_transactions_whole_and_in_commit_order(harness, pinned, batches):
     """Where a capped batch ends changes nothing: the model's result, compared strictly."""
     reports = apply_group(harness, Flow.of([pinned]), batches=batches)
     assert not reports, "\n\n".join(reports)
 
 
+@pytest.mark.slow
 def test_fixed_writer_bugs(harness):
     """The minimal sequences of writer bugs fixed since, compared strictly.
 

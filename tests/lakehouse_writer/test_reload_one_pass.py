@@ -62,6 +62,7 @@ def _stray_files(spark, path: Path) -> set[str]:
 
 @pytest.mark.kafka
 @pytest.mark.spark
+@pytest.mark.slow
 class TestOnePass:
     @pytest.fixture
     def setup(self, kafka_bootstrap, new_topic, tmp_path, monkeypatch):

@@ -48,6 +48,7 @@ def _tiny_tables(spark, lake: str, count: int) -> None:
             frame.write.format("delta").mode("append").save(f"{lake}/NS/T{i}")
 
 
+@pytest.mark.slow
 def test_each_pass_takes_the_next_tables_in_turn(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("LAKEHOUSE_COMPACT_MIN_FILES", "2")
     lake = str(tmp_path / "lake")

@@ -18,7 +18,7 @@ from lakehouse_writer.small import SmallChanges
 from lakehouse_writer.tables import TableManager
 from tests.support.writer import rows_df, sample_schema
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 COLUMNS = ("ID", "NAME", "REGION", "AMOUNT", "__change_type")
 

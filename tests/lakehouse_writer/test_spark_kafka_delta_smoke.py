@@ -11,7 +11,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def _produce(bootstrap: str, topic: str) -> list[tuple[str, str]]:

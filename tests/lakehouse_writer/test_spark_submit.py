@@ -16,7 +16,7 @@ import pytest
 
 from lakehouse_writer import jars
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = """

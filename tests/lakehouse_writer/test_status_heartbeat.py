@@ -16,7 +16,7 @@ import pytest
 from lakehouse_writer import status
 from lakehouse_writer.status import BatchStats, read_status, record_lag, status_age_s
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_the_status_is_rewritten_while_a_batch_runs_long(spark, tmp_path, monkeypatch):

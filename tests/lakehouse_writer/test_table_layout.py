@@ -49,6 +49,7 @@ def test_bad_clustering_columns_are_refused(columns, match):
     assert schema.cluster_columns == ()
 
 
+@pytest.mark.slow
 def test_a_table_is_created_clustered_and_reclustered_when_the_schema_changes(spark, tmp_path):
     schema = sample_schema()
     schema.set_cluster_columns("ID")
@@ -65,6 +66,7 @@ def test_a_table_is_created_clustered_and_reclustered_when_the_schema_changes(sp
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_changes_apply_to_a_clustered_table(spark, kafka_bootstrap, new_topic, tmp_path):
     schema = sample_schema()
     schema.set_cluster_columns("ID")

@@ -36,6 +36,7 @@ def _summary(frame):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_truncates_of_one_time_with_a_null_scope_value_are_ordered(spark):
     df = spark.createDataFrame(
         [
@@ -52,6 +53,7 @@ def test_truncates_of_one_time_with_a_null_scope_value_are_ordered(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_the_row_summary_finds_the_oldest_row_that_is_not_a_truncate(spark):
     df = spark.createDataFrame(
         [("I", 7, None), ("T", 3, None), ("U", 4, None), ("T", 3, None)],

@@ -31,6 +31,7 @@ def _rows(spark, path: str) -> list[tuple]:
     return sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
 
 
+@pytest.mark.slow
 def test_an_append_commits_its_rows_and_transaction_id_once(spark, tmp_path):
     path = str(tmp_path / "t")
     first = local_frame(spark, [(1, "a")], SCHEMA)
@@ -60,6 +61,7 @@ def test_an_append_commits_its_rows_and_transaction_id_once(spark, tmp_path):
     assert sum(json.loads(a["stats"])["numRecords"] for a in commits[1]["add"]) == 2
 
 
+@pytest.mark.slow
 def test_delta_s_own_writer_sees_the_transaction_ids_it_committed(spark, tmp_path):
     path = str(tmp_path / "t")
     txn.append(local_frame(spark, [(1, "a")], SCHEMA), path, "app", 0)
@@ -76,6 +78,7 @@ def test_delta_s_own_writer_sees_the_transaction_ids_it_committed(spark, tmp_pat
     assert _rows(spark, path) == [(1, "a"), (2, "b")]
 
 
+@pytest.mark.slow
 def test_a_new_column_goes_through_schema_merge_and_a_not_null_column_is_enforced(spark, tmp_path):
     path = str(tmp_path / "t")
     spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT NOT NULL, name STRING) USING delta")
@@ -97,6 +100,7 @@ def _data_files(path: str) -> set[str]:
     return {p.name for p in Path(path).glob("*.parquet")}
 
 
+@pytest.mark.slow
 def test_a_failed_check_commits_nothing_and_writes_no_file(spark, tmp_path):
     path = str(tmp_path / "t")
     txn.append(local_frame(spark, [(1, "a")], SCHEMA), path, "app", 0)  # creates the table
@@ -119,6 +123,7 @@ def test_a_failed_check_commits_nothing_and_writes_no_file(spark, tmp_path):
     assert len(_rows(spark, path)) == 3
 
 
+@pytest.mark.slow
 def test_a_check_runs_first_where_delta_s_own_writer_appends(spark, tmp_path):
     path = str(tmp_path / "t")  # no table yet: Delta's writer creates it
     rows = local_frame(spark, [(1, "a")], SCHEMA)

@@ -40,6 +40,7 @@ def test_a_log_holds_a_table_only_with_a_commit_or_a_checkpoint(name, committed)
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_killed_creation_is_cleared_and_the_table_made(spark, tmp_path):
     lake = tmp_path / "lake"
     schema = sample_schema()
@@ -54,6 +55,7 @@ def test_a_killed_creation_is_cleared_and_the_table_made(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_only_the_empty_log_is_deleted(spark, tmp_path):
     table = tmp_path / "t"
     log_dir = _killed_creation(table)
@@ -65,6 +67,7 @@ def test_only_the_empty_log_is_deleted(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_log_with_a_commit_is_left_alone(spark, tmp_path):
     lake = tmp_path / "lake"
     schema = sample_schema()

@@ -39,6 +39,7 @@ def _last_line(log: str) -> str:
     return [line for line in log.splitlines() if line.strip()][-1]
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_fails_within_the_connect_timeout_naming_it(tmp_path):
     checkpoint = tmp_path / "ckpt"
     writer = WriterProcess(
@@ -106,6 +107,7 @@ def test_a_lakehouse_under_a_regular_file_fails_with_its_root_cause(
     assert "ParentNotDirectoryException" in trace and "\tat " in trace  # the whole trace, kept
 
 
+@pytest.mark.slow
 def test_a_topic_pattern_is_compiled_and_matched_by_java(spark):
     regex = r"orders_\p{Alpha}+"
     with pytest.raises(re.error):
@@ -140,6 +142,7 @@ def test_only_the_topics_the_java_pattern_matches_get_tables(
     assert not (lake / "SHOP" / "OTHER").exists(), "a table for a topic the writer does not read"
 
 
+@pytest.mark.slow
 def test_a_bad_topic_pattern_fails_before_anything_is_written(
     spark, kafka_bootstrap, new_topic, tmp_path
 ):
@@ -163,6 +166,7 @@ def test_a_bad_topic_pattern_fails_before_anything_is_written(
     assert not lake.exists()
 
 
+@pytest.mark.slow
 def test_a_failure_names_the_innermost_java_cause_without_secrets(spark, tmp_path):
     secret = "pw-9f3a1c"  # a path is the easiest way to put a value into a JVM error
     with pytest.raises(Exception) as caught:  # noqa: B017, PT011 - whatever pyspark raises

@@ -91,6 +91,7 @@ def test_a_bad_commit_record_says_what_it_is_not(raw):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
     path = str(tmp_path / "_writer_state")
     store, other = StateStore(spark, path, "a"), StateStore(spark, path, "b")
@@ -134,6 +135,7 @@ def test_state_survives_replays_restarts_and_compaction(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_the_state_reads_the_same_when_its_table_needs_spark_to_read_it(spark, tmp_path):
     """delta-rs reads and appends to a plain local state table; with deletion vectors, Spark
     reads it."""
@@ -162,6 +164,7 @@ def test_the_state_reads_the_same_when_its_table_needs_spark_to_read_it(spark, t
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_state_table_made_ahead_is_empty_and_takes_the_first_batch(spark, tmp_path):
     from lakehouse_writer.tables import no_data_files
 
@@ -181,6 +184,7 @@ def test_a_state_table_made_ahead_is_empty_and_takes_the_first_batch(spark, tmp_
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive_compaction(
     spark, tmp_path
 ):
@@ -209,6 +213,7 @@ def test_applied_truncates_are_kept_with_the_state_of_every_instance_and_survive
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_local_frames_keep_every_value_and_type_of_the_system_rows(spark):
     schema = (
         "raw STRING, versions MAP<STRING, BIGINT>, missing ARRAY<STRING>, part INT, "

@@ -16,7 +16,7 @@ from lakehouse_writer.cli import main
 from lakehouse_writer.state import BatchChanges, StateStore
 from lakehouse_writer.status import BatchStats, read_status, write_status
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ def test_path_segments_keep_names_but_not_slashes():
     assert TableRef("SAP BW", "X:Y").path("/lake/") == "/lake/SAP BW/X~3AY"
 
 
+@pytest.mark.slow
 def test_table_is_created_with_original_names_comments_and_properties(spark, tmp_path):
     info = TableManager(spark, str(tmp_path)).ensure(_schema())
     assert info.path.endswith("/SAP BW/~2FBIC~2FAZSALES") and info.keys == ("ID",)
@@ -56,6 +57,7 @@ def test_table_is_created_with_original_names_comments_and_properties(spark, tmp
     assert props["delta.dataSkippingStatsColumns"] == "`ID`,`REVENUE$`,`Größe`,`__change_time`"
 
 
+@pytest.mark.slow
 def test_a_name_parquet_cannot_hold_turns_on_column_mapping(spark, tmp_path):
     info = TableManager(spark, str(tmp_path)).ensure(_schema(extra=True))  # "NEW COL"
     props = spark.sql(f"DESCRIBE DETAIL delta.`{info.path}`").collect()[0]["properties"]
@@ -63,6 +65,7 @@ def test_a_name_parquet_cannot_hold_turns_on_column_mapping(spark, tmp_path):
     assert "NEW COL" in info.columns
 
 
+@pytest.mark.slow
 def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     tables = TableManager(spark, str(tmp_path))
     tables.ensure(_schema(AvroShort()))
@@ -92,6 +95,7 @@ def test_new_columns_are_added_and_types_widened(spark, tmp_path):
     assert narrower.columns["REVENUE$"].simpleString() == "bigint"
 
 
+@pytest.mark.slow
 def test_table_metadata_by_delta_rs_and_by_the_jvm_agree(spark, tmp_path):
     """The writer reads a local table's metadata by delta-rs; it must be what Delta's is."""
     from deltalake import write_deltalake
@@ -125,6 +129,7 @@ def test_table_metadata_by_delta_rs_and_by_the_jvm_agree(spark, tmp_path):
     assert widened.columns["REVENUE$"].simpleString() == "bigint"
 
 
+@pytest.mark.slow
 def test_incompatible_change_raises_for_that_table(spark, tmp_path):
     tables = TableManager(spark, str(tmp_path))
     tables.ensure(_schema(AvroInt()))
@@ -137,6 +142,7 @@ def test_incompatible_change_raises_for_that_table(spark, tmp_path):
         tables.ensure(rekeyed)
 
 
+@pytest.mark.slow
 def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is(spark, tmp_path):
     from lakehouse_writer.tables import no_data_files
 

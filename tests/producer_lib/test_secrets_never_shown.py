@@ -226,6 +226,7 @@ def _with(env: dict[str, str], broken: dict[str, str | None]) -> dict[str, str]:
     return {name: value for name, value in merged.items() if value is not None}
 
 
+@pytest.mark.slow  # runs the producer and the writer as processes, each case
 @pytest.mark.parametrize(("broken", "named", "writer_reads_it"), CASES)
 def test_no_secret_in_any_output(env, tmp_path, broken, named, writer_reads_it):
     env = _with(env, broken)

@@ -19,7 +19,7 @@ from producer_lib.settings import KafkaSettings
 from tests.security.conftest import create_topic
 from tests.support.ports import free_port_pair
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def _parse(text: str) -> list[dict[str, str]]:

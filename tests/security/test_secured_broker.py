@@ -41,7 +41,7 @@ from producer_lib.schema import AvroLong, AvroNVarchar, ValueSchema
 from tests.security.conftest import Flow, create_topic, read_all
 from tests.support.runner_flows import NumbersFlow
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 FAST_S = 5.0  # a refused login, certificate or ACL: seconds past the connect timeout at most
 
 

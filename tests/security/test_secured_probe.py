@@ -17,7 +17,7 @@ from devstack import secure, tls
 from lakehouse_writer.errors import Transient
 from lakehouse_writer.probe import KafkaRefused, probe_kafka
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 SLOW_S = 30.0  # the connect timeout a refused start must not wait for
 FAST_S = 5.0  # within this a refused login or certificate is reported
 

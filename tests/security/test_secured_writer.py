@@ -23,7 +23,7 @@ from producer_lib import KafkaProducer, KeySchema, RowType
 from producer_lib.schema import AvroLong, AvroNVarchar, ValueSchema
 from tests.security.conftest import Flow
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 ROWS = 200
 
 

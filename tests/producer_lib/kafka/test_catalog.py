@@ -98,6 +98,7 @@ def test_catalog_from_settings_picks_embedded_without_url(monkeypatch):
         assert isinstance(catalog_from_settings(settings, registry), ConfluentSchemaRegistry)
 
 
+@pytest.mark.slow  # starts the Apicurio registry (a JVM)
 def test_registry_returns_confluent_header(schema_registry_url):
     catalog = ConfluentSchemaRegistry(SchemaRegistrySettings(url=schema_registry_url))
     topic = f"t_registry_{uuid.uuid4().hex[:8]}"

@@ -272,6 +272,7 @@ def test_produce_after_close_fails(kafka_bootstrap, new_topic):
         producer.commit()
 
 
+@pytest.mark.slow
 def test_unreachable_broker_fails_fast_naming_it():
     started = time.monotonic()
     producer = _producer("127.0.0.1:1", connect_timeout_s=3)
@@ -318,6 +319,7 @@ with producer:
 """
 
 
+@pytest.mark.slow
 def test_killed_process_leaves_nothing_and_restart_commits(kafka_bootstrap, new_topic):
     topic, function = new_topic(), f"killed_{uuid.uuid4().hex[:8]}"
     run = subprocess.run(

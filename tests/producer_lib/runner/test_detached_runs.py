@@ -165,6 +165,7 @@ async def start_detached(flow: dict) -> tuple[dict, asyncio.Event]:
     return body, gate
 
 
+@pytest.mark.slow
 def test_a_long_run_answers_202_goes_on_and_is_polled_to_completed(flow):
     async def scenario() -> None:
         accepted, gate = await start_detached(flow)
@@ -209,6 +210,7 @@ def test_a_long_run_answers_202_goes_on_and_is_polled_to_completed(flow):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_detached_run_that_fails_is_polled_as_failed_with_its_error(flow):
     flow["class"].fail = True
 
@@ -245,6 +247,7 @@ def test_a_run_done_in_time_answers_200_and_closes_with_the_with_blocks(flow, mo
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_second_documented_request_takes_over_a_run_that_goes_on(flow):
     """The caller's own producer fences the running run as it starts: the new run goes on."""
 
@@ -275,6 +278,7 @@ def test_a_bad_wait_setting_is_refused_naming_the_variable(flow, monkeypatch):
 # -- producer-lib serve ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_container_server_answers_202_and_serves_the_run_status(monkeypatch, tmp_path, flow):
     monkeypatch.setenv("RUNNER_TEST_FUNCTION", f"serve_{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("RUNNER_TEST_TOPIC", flow["class"].topic)

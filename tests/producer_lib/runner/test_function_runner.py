@@ -82,6 +82,7 @@ def test_completed_record_is_in_the_data_transaction(flow_env):
     assert lineage[0]["sources"] == [f"SRC_{flow_env['function']}"]
 
 
+@pytest.mark.slow
 def test_failed_run_leaves_pointer_and_data_unchanged(flow_env, monkeypatch):
     run("initial")
     monkeypatch.setenv("RUNNER_TEST_FAIL", "after_produce")
@@ -115,6 +116,7 @@ def test_a_run_without_data_can_still_move_the_pointer(flow_env, monkeypatch):
     assert log_records(flow_env["bootstrap"], flow_env["function"])[-1]["delta_pointer"] == 109
 
 
+@pytest.mark.slow
 def test_dataflows_have_their_own_pointer(flow_env):
     run("initial", dataflow="eu")
     assert run("delta", dataflow="eu").delta_pointer == 14

@@ -132,6 +132,7 @@ def test_http_trigger_reports_a_failed_load_with_500(flow_env, monkeypatch):
     assert "source went away" in body["error"] and body["delta_pointer"] == 9
 
 
+@pytest.mark.slow
 def test_http_trigger_answers_503_when_kafka_is_unreachable(flow_env, monkeypatch):
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("KAFKA_CONNECT_TIMEOUT_S", "2")
@@ -205,6 +206,7 @@ def _cli(env: dict, *args: str, **extra: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_a_concurrent_run_of_the_same_partition_fences_the_first(flow_env, tmp_path):
     assert main(["run", FLOW, "--load", "initial"]) == 0
     gate = tmp_path / "gate"
@@ -223,6 +225,7 @@ def test_a_concurrent_run_of_the_same_partition_fences_the_first(flow_env, tmp_p
     assert last_log(flow_env)["delta_pointer"] == 14  # the fenced run could not move it
 
 
+@pytest.mark.slow
 def test_pointer_moves_exactly_with_the_data_when_the_flow_is_killed(flow_env):
     assert main(["run", FLOW, "--load", "initial"]) == 0
     killed = _cli({}, "--load", "delta", RUNNER_TEST_FAIL="kill")  # SIGKILL before commit

@@ -38,7 +38,7 @@ from producer_lib.schema.types import (
 )
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TS_MICROS = 1_700_000_000_123_456
 # original column name, type, value given to fastavro, value Spark returns

@@ -62,6 +62,7 @@ async def _load(sql: str, **reader_args) -> list[tuple]:
         return reader.connection.execute("SELECT * FROM T ORDER BY 1").fetchall()
 
 
+@pytest.mark.slow
 def test_a_parquet_file_on_azure_loads_like_a_local_one(container: ContainerClient):
     data = io.BytesIO()
     pq.write_table(pa.table({"ID": [1, 2, 3], "NAME": ["a", "b", "c"]}), data)
@@ -73,6 +74,7 @@ def test_a_parquet_file_on_azure_loads_like_a_local_one(container: ContainerClie
     assert rows == [(1, "a"), (2, "b"), (3, "c")]
 
 
+@pytest.mark.slow
 def test_a_delta_table_on_azure_reads_as_of_its_latest_version(
     container: ContainerClient, tmp_path: Path
 ):
@@ -87,6 +89,7 @@ def test_a_delta_table_on_azure_reads_as_of_its_latest_version(
     assert rows == [(1, 10.5), (2, 11.5), (3, 12.5)]
 
 
+@pytest.mark.slow
 def test_a_wrong_account_key_fails_naming_the_path_and_never_the_key(
     azurite: Azurite, container: ContainerClient
 ):

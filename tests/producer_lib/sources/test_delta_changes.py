@@ -53,6 +53,7 @@ def _staged(reader: DuckDBReader, since: int, path: Path, **kw):
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_changes_since_a_position_are_row_images_with_kind_version_and_time(table):
     reader = DuckDBReader(connection=duckdb.connect())
     before = datetime.now(UTC)
@@ -87,6 +88,7 @@ def test_changes_since_a_position_are_row_images_with_kind_version_and_time(tabl
     assert abs(stamp / 1000 - before.timestamp()) < 600
 
 
+@pytest.mark.slow
 def test_rows_counted_and_nothing_after_the_latest_version(table):
     reader = DuckDBReader(connection=duckdb.connect())
     assert _staged(reader, 0, table).rows == 3 + 2 + 1 + 3  # inserts, update, delete, merge
@@ -98,6 +100,7 @@ def test_rows_counted_and_nothing_after_the_latest_version(table):
     assert (bounded.until, bounded.rows) == (2, 2)
 
 
+@pytest.mark.slow
 def test_net_images_one_before_and_one_after_per_key(table, spark):
     spark.sql(f"UPDATE delta.`{table}` SET name = 'a3' WHERE id = 1")  # version 5
     reader = DuckDBReader(connection=duckdb.connect())
@@ -120,6 +123,7 @@ def test_net_images_one_before_and_one_after_per_key(table, spark):
     ]
 
 
+@pytest.mark.slow
 def test_a_position_older_than_the_retained_changes_says_run_an_initial_load(table, spark):
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     try:
@@ -137,6 +141,7 @@ def test_a_position_older_than_the_retained_changes_says_run_an_initial_load(tab
     assert caught.value.context["version"] == 1
 
 
+@pytest.mark.slow
 def test_an_expired_log_entry_says_run_an_initial_load(table, spark):
     spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")
     spark.sql(f"INSERT INTO delta.`{table}` VALUES (5, 'e')")  # writes a checkpoint
@@ -149,6 +154,7 @@ def test_an_expired_log_entry_says_run_an_initial_load(table, spark):
     assert _staged(reader, 5, table).rows == 1  # a retained position still reads
 
 
+@pytest.mark.slow
 def test_a_position_newer_than_the_table_is_an_error(table):
     reader = DuckDBReader(connection=duckdb.connect())
     assert latest_version(table) == 4
@@ -162,6 +168,7 @@ def test_no_delta_table_is_an_error_naming_it(tmp_path):
         _staged(reader, 0, tmp_path / "missing")
 
 
+@pytest.mark.slow
 def test_a_delete_that_only_grows_a_deletion_vector_is_read_right(table, spark):
     """A DELETE of some rows of a file (deletion vectors on) writes no change data file."""
     spark.sql(f"INSERT INTO delta.`{table}` SELECT id, concat('n', id) FROM range(10, 13)")

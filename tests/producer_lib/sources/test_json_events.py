@@ -106,6 +106,7 @@ def test_committed_events_load_typed_and_aborted_ones_never(kafka_bootstrap, new
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_the_group_continues_after_its_committed_offsets(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -120,6 +121,7 @@ def test_the_group_continues_after_its_committed_offsets(kafka_bootstrap, new_to
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_reads_from_given_offsets_or_from_a_timestamp(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1)
     produce(kafka_bootstrap, topic, [event(n) for n in range(1, 4)], partition=0)
@@ -211,6 +213,7 @@ def test_a_missing_topic_is_a_source_error(kafka_bootstrap):
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_primary_key_is_checked_and_large_loads_arrive_in_batches(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
     produce(kafka_bootstrap, topic, [event(n) for n in range(1, 2_001)])
