@@ -44,6 +44,15 @@ COMMIT_ROW_SCHEMA = (
 _TEXT = ("commit_id", "producer", "source_system", "function_name")
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
+_TEXT_FIELD = None  # a struct field of text; an int: the largest value of an integer field
+_TABLE_FIELDS = {"topic": _TEXT_FIELD, "table": _TEXT_FIELD, "rows": _LONG_MAX}
+_PARTITION_FIELDS = {
+    "topic": _TEXT_FIELD,
+    "partition": _INT_MAX,
+    "min_offset": _LONG_MAX,
+    "max_offset": _LONG_MAX,
+    "rows": _LONG_MAX,
+}
 
 
 class BadCommitRecord(ValueError):
@@ -144,11 +153,14 @@ def commit_rows(
         if fields is None:
             return None
         found, missing = record.versions(versions, ours, stopped)
-        when = fields[4]
+        text, when, tables, partitions = fields
         rows.append(
             (
-                *fields,
+                *text,
                 when,
+                tables,
+                partitions,
+                when,  # transaction_ts: the same microseconds
                 found,
                 missing,
                 record.topic,
@@ -160,15 +172,15 @@ def commit_rows(
     return rows
 
 
-def _record_fields(data: dict[str, Any]) -> tuple[Any, ...] | None:
-    """The fields of :data:`COMMIT_JSON_SCHEMA` of one record; None: a value of another type."""
+def _record_fields(data: dict[str, Any]) -> tuple[tuple[Any, ...], Any, Any, Any] | None:
+    """One record's fields of :data:`COMMIT_JSON_SCHEMA`; None: a value of another type.
+
+    As (the text fields, the transaction time, the tables, the partitions).
+    """
     text = tuple(data.get(name) for name in _TEXT)
     when = data.get("transaction_time")
-    tables = _structs(data.get("tables"), {"topic": str, "table": str, "rows": int})
-    partitions = _structs(
-        data.get("partitions"),
-        {"topic": str, "partition": int, "min_offset": int, "max_offset": int, "rows": int},
-    )
+    tables = _structs(data.get("tables"), _TABLE_FIELDS)
+    partitions = _structs(data.get("partitions"), _PARTITION_FIELDS)
     if (
         not all(v is None or isinstance(v, str) for v in text)
         or not _is_int(when, _LONG_MAX)
@@ -176,10 +188,10 @@ def _record_fields(data: dict[str, Any]) -> tuple[Any, ...] | None:
         or partitions is False
     ):
         return None
-    return (*text, when, tables, partitions)
+    return text, when, tables, partitions
 
 
-def _structs(value: Any, kinds: Mapping[str, type]) -> list[dict[str, Any]] | None | bool:
+def _structs(value: Any, kinds: Mapping[str, int | None]) -> list[dict[str, Any]] | None | bool:
     """A JSON array of objects as the column's structs; None for null, False: another type."""
     if value is None:
         return None
@@ -188,10 +200,9 @@ def _structs(value: Any, kinds: Mapping[str, type]) -> list[dict[str, Any]] | No
     out = []
     for item in value:
         struct = {name: item.get(name) for name in kinds}
-        for name, kind in kinds.items():
+        for name, limit in kinds.items():
             v = struct[name]
-            limit = _INT_MAX if name == "partition" else _LONG_MAX
-            ok = _is_int(v, limit) if kind is int else (v is None or isinstance(v, str))
+            ok = (v is None or isinstance(v, str)) if limit is None else _is_int(v, limit)
             if not ok:
                 return False
         out.append(struct)
