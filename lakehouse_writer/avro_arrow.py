@@ -5,7 +5,7 @@ fastavro decodes one record at a time into Python objects: 100,000 lineitem rows
 most of its time there (``docs/PERFORMANCE.md``). DuckDB's ``avro`` extension (the offline
 wheel ``duckdb-extension-avro``) decodes an Avro object container file straight into columns,
 about six times faster. :class:`ArrowDecoder` wraps the bodies of Kafka messages (without their
-single-object header) into such a file and reads it:
+single-object header) into such a file, built by Arrow, and reads it:
 
 - Each body is a block of its own, between sync markers, so a body that is short or too long
   cannot shift its neighbours. DuckDB stops at a body it cannot read without an error; the
@@ -26,7 +26,7 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -69,8 +69,8 @@ class ArrowDecoder:
         """True when every field of the record schema ``schema_json`` is decoded here."""
         return self.available and self._plan(schema_json) is not None
 
-    def decode(self, schema_json: str, bodies: Sequence[bytes]) -> pa.Table:
-        """``bodies`` (Avro binary, no header) as a table in the schema's field names.
+    def decode(self, schema_json: str, bodies: Sequence[bytes] | pa.Array) -> pa.Table:
+        """``bodies`` (Avro binary, no header; no nulls) as a table in the schema's field names.
 
         Raises:
             DecodeError: A body does not decode, or DuckDB gave another type than expected.
@@ -79,14 +79,16 @@ class ArrowDecoder:
         plan, con = self._plan(schema_json), self._connection()
         if plan is None or con is None:
             raise ValueError("schema not decoded by DuckDB's Avro reader")
-        if not bodies:
+        if not len(bodies):
             return pa.table(
                 {name: pa.array([], final or raw) for name, (raw, final) in plan.types.items()}
             )
+        if not isinstance(bodies, pa.Array):
+            bodies = pa.array(bodies, pa.large_binary())
         fd, path = tempfile.mkstemp(suffix=".avro")
         try:
             with os.fdopen(fd, "wb") as out:
-                out.write(_container(plan.container_schema, bodies))
+                _write_container(out, plan.container_schema, bodies)
             cursor = con.cursor()
             try:
                 path_sql = path.replace("'", "''")
@@ -211,18 +213,32 @@ _PLAIN_LOGICAL = {
 }
 
 
-def _container(schema_json: str, bodies: Sequence[bytes]) -> bytes:
-    """An Avro object container file with one block per body (codec null)."""
+def _write_container(out: BinaryIO, schema_json: str, bodies: pa.Array) -> None:
+    """Write an Avro object container file with one block per body (codec null).
+
+    Built by Arrow, not a Python loop over the bodies: each block (a count of 1, the body's
+    length, the body, the sync marker) is one element of a binary column whose data buffer
+    is then the file's blocks, in order.
+    """
     sync = os.urandom(16)
     meta = {b"avro.schema": schema_json.encode(), b"avro.codec": b"null"}
     parts = [_MAGIC, _long(len(meta))]
     for key, value in meta.items():
         parts += (_long(len(key)), key, _long(len(value)), value)
     parts += (_long(0), sync)
-    one = _long(1)
-    for body in bodies:
-        parts += (one, _long(len(body)), body, sync)
-    return b"".join(parts)
+    bodies = bodies.cast(pa.large_binary())
+    lengths = pc.binary_length(bodies).to_numpy(zero_copy_only=False)
+    blocks = pc.binary_join_element_wise(
+        *(pa.scalar(b, pa.large_binary()) for b in (_long(1),)),
+        _varints(lengths).cast(pa.large_binary()),
+        bodies,
+        *(pa.scalar(b, pa.large_binary()) for b in (sync, b"")),
+    )
+    offsets = np.frombuffer(blocks.buffers()[1], np.int64, len(blocks) + 1, blocks.offset * 8)
+    data = blocks.buffers()[2]
+    assert data is not None
+    out.write(b"".join(parts))
+    out.write(data[int(offsets[0]) : int(offsets[-1])])
 
 
 def _long(n: int) -> bytes:
@@ -234,6 +250,21 @@ def _long(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def _varints(values: np.ndarray) -> pa.Array:
+    """Avro's zig-zag varints of the non-negative ``values``, as a binary column (numpy)."""
+    zigzag = values.astype(np.uint64) << np.uint64(1)
+    shifts = np.arange(0, 70, 7, dtype=np.uint64)  # ten 7-bit groups hold 64 bits
+    groups = ((zigzag[:, None] >> shifts[None, :]) & np.uint64(0x7F)).astype(np.uint8)
+    sizes = 1 + (zigzag[:, None] >= (np.uint64(1) << shifts[None, 1:])).sum(axis=1)
+    used = np.arange(len(shifts))[None, :] < sizes[:, None]
+    more = np.arange(len(shifts))[None, :] < (sizes - 1)[:, None]
+    data = (groups | np.where(more, 0x80, 0).astype(np.uint8))[used]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    return pa.Array.from_buffers(
+        pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 def _converted(

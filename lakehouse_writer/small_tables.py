@@ -11,15 +11,16 @@ before delta-rs merges its few rows: the plans, not the rows, were the batch's t
    (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch, and one
    Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`), or one
    per run of tables of ``max_rows`` rows together: what the driver holds at once.
-3. Per table, the values and the keys are decoded, and every key must agree with its value
+2. Per table, the values and the keys are decoded, and every key must agree with its value
    (:mod:`lakehouse_writer.keys`): by DuckDB into columns from :data:`COLUMNS_FROM_ROWS` rows
-   (:mod:`lakehouse_writer.avro_arrow`), by fastavro a row at a time below that.
-4. The row rules of :mod:`lakehouse_writer.apply`, for the shapes taken here: upserts and
-   deletes (I, U, A, R, D, X) and BEFORE images (B: the delete of the old key when their
-   UPDATE moved it), the last row per key by (change time, partition, offset), rows covered
-   by earlier TRUNCATEs dropped; and a reload (whole-table TRUNCATEs, then upserts not older
-   than them) into a table that holds no rows.
-5. delta-rs merges or appends the rows as the batch's (app id, version) through
+   (:mod:`lakehouse_writer.avro_arrow`), by fastavro a row at a time below that. Either way
+   the rows become Arrow columns: the payload, and the few columns the rules read.
+3. The row rules of :mod:`lakehouse_writer.apply`, for the shapes taken here, by Arrow
+   compute over those columns: upserts and deletes (I, U, A, R, D, X) and BEFORE images (B:
+   the delete of the old key when their UPDATE moved it), the last row per key by (change
+   time, partition, offset), rows covered by earlier TRUNCATEs dropped; and a reload
+   (whole-table TRUNCATEs, then upserts not older than them) into a table that holds no rows.
+4. delta-rs merges or appends the rows as the batch's (app id, version) through
    :class:`~lakehouse_writer.small.SmallChanges`: a replay of the batch is a no-op for either
    engine.
 
@@ -37,7 +38,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 _DELETES = ("D", "X")  # a GDPR delete (G) also purges and marks the table: Spark's path
 _TAKEN_TYPES = frozenset({*UPSERT_TYPES, *_DELETES, "B", "T"})
+_TAKEN = pa.array(sorted(_TAKEN_TYPES), pa.string())
 # A table's rows from which DuckDB decodes them, not fastavro: a DuckDB decode costs some 4 ms
 # whatever its size, fastavro some 30 us a row (docs/PERFORMANCE.md).
 COLUMNS_FROM_ROWS = 500
@@ -113,35 +115,42 @@ class _Table:
 
 @dataclass(frozen=True)
 class _Raw:
-    """A table's rows in the batch as they came from Kafka, by column."""
+    """A table's rows in the batch as they came from Kafka, by column (Arrow)."""
 
-    partitions: list[int]
-    offsets: list[int]
-    keys: list[bytes | None]
-    values: list[bytes]
+    partitions: pa.Array
+    offsets: pa.Array
+    keys: pa.Array
+    values: pa.Array
 
     def __len__(self) -> int:
         return len(self.values)
 
     def where(self, i: int) -> str:
         """Where row ``i`` is, for a message."""
-        return f"partition {self.partitions[i]}, offset {self.offsets[i]}"
+        return f"partition {self.partitions[i].as_py()}, offset {self.offsets[i].as_py()}"
 
 
-_NO_ROWS = _Raw([], [], [], [])
+_NO_ROWS = _Raw(*(pa.array([], t) for t in (pa.int32(), pa.int64(), pa.binary(), pa.binary())))
 
 
 def _by_header(found: pa.Table) -> dict[bytes, _Raw]:
     """Raw rows by header, from rows with each header's together (``BatchScan.rows_of``)."""
-    of_row = found.column(HEADER).to_pylist()
-    columns = [found.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
+    import pyarrow.compute as pc
+
+    if not found.num_rows:
+        return {}
+    found = found.combine_chunks()
+    columns = [found.column(c).chunk(0) for c in _RAW_COLUMNS]
+    runs = pc.run_end_encode(found.column(HEADER).chunk(0))
     by_header: dict[bytes, _Raw] = {}
     start = 0
-    for end in range(1, len(of_row) + 1):
-        if end == len(of_row) or of_row[end] != of_row[start]:
-            by_header[bytes(of_row[start])] = _Raw(*(c[start:end] for c in columns))
-            start = end
+    for head, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist(), strict=True):
+        by_header[bytes(head)] = _Raw(*(c.slice(start, end - start) for c in columns))
+        start = end
     return by_header
+
+
+_RAW_COLUMNS = ("partition", "offset", "key", "value")
 
 
 @dataclass(frozen=True)
@@ -149,54 +158,53 @@ class _Decoded:
     """A table's rows, decoded.
 
     Attributes:
-        rows: One dict per row for the row rules: the columns by name (or, where
-            ``payload`` holds them, only what the rules read and ``__index``).
-        payload: The decoded values as columns, by Avro field name (DuckDB's decode); None:
-            ``rows`` hold every column (fastavro's).
-        avro_of: Column name -> Avro field name of the writer schema's fields.
+        payload: The decoded values as columns: by Avro field name (DuckDB's decode), or by
+            column name in the table's types (fastavro's).
+        avro_of: Column name -> the payload's name of that column.
+        rules: What the row rules read, a row per message in batch order: the key columns
+            (by column name), ``__change_type``, ``__source_rowid``, ``__time`` (the change
+            time in µs), ``__partition``, ``__offset`` and ``__index`` (the row in
+            ``payload``).
+        truncates: (change time µs, scope or None) of each TRUNCATE row.
     """
 
-    rows: list[dict[str, Any]]
-    payload: pa.Table | None = None
-    avro_of: Mapping[str, str] = field(default_factory=dict)
+    payload: pa.Table
+    avro_of: Mapping[str, str]
+    rules: pa.Table
+    truncates: Sequence[tuple[int, Mapping[str, str | None] | None]] = ()
 
-    def arrow(self, rows: list[dict[str, Any]], info: TableInfo, actions: bool) -> pa.Table:
-        """``rows`` as Arrow, in the table's columns and types (and the MERGE's actions).
+    def arrow(self, rows: pa.Table, info: TableInfo, actions: bool) -> pa.Table:
+        """The payload of ``rows`` (rule rows), in the table's columns and types.
+
+        ``actions``: with the MERGE's action (upsert or delete) and base time columns.
 
         Raises:
             Unfit: A value Arrow cannot take as its column's type.
         """
-        from pyspark.sql.pandas.types import to_arrow_type
+        import pyarrow.compute as pc
 
-        schema = pa.schema(
-            [pa.field(name, to_arrow_type(dtype)) for name, dtype in info.columns.items()]
-        )
         try:
-            if self.payload is None:
-                table = pa.Table.from_pylist(rows, schema=schema)
-            else:
-                table = self._taken(rows, schema)
+            table = self._taken(rows.column("__index"), _arrow_schema(info))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise Unfit(f"a value Arrow cannot convert to its column's type: {exc}") from exc
         if actions:
-            upsert = [r["__change_type"] in UPSERT_TYPES for r in rows]
+            upsert = pc.is_in(rows.column("__change_type"), value_set=_UPSERTS)
             table = table.append_column(
                 pa.field(ACTION, pa.string()),
-                pa.array(["upsert" if u else "delete" for u in upsert], pa.string()),
+                pc.if_else(upsert, pa.scalar("upsert"), pa.scalar("delete")),
             ).append_column(
                 pa.field(BASE_TIME, pa.timestamp("us", "UTC")),
-                pa.nulls(len(rows), pa.timestamp("us", "UTC")),
+                pa.nulls(rows.num_rows, pa.timestamp("us", "UTC")),
             )
         return table
 
-    def _taken(self, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-        """The payload's ``rows`` (by ``__index``) cast to ``schema``.
+    def _taken(self, indices: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table:
+        """The payload's rows at ``indices``, cast to ``schema``.
 
         A table column the writer schema does not have is null, even where another column's
         Avro name is spelled as it (``ORDER DATE`` is ``ORDER_DATE`` in Avro).
         """
-        assert self.payload is not None
-        taken = self.payload.take(pa.array([r["__index"] for r in rows], pa.int64()))
+        taken = self.payload.take(indices)
         columns = []
         for target in schema:
             technical = target.name if target.name in TECHNICAL_FIELD_NAMES else None
@@ -204,8 +212,18 @@ class _Decoded:
             if avro is not None and avro in taken.column_names:
                 columns.append(taken.column(avro).cast(target.type))
             else:
-                columns.append(pa.nulls(len(rows), target.type))
+                columns.append(pa.nulls(taken.num_rows, target.type))
         return pa.Table.from_arrays(columns, schema=schema)
+
+
+_UPSERTS = pa.array(UPSERT_TYPES, pa.string())
+
+
+def _arrow_schema(info: TableInfo) -> pa.Schema:
+    """The table's columns as an Arrow schema."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return pa.schema([pa.field(name, to_arrow_type(dtype)) for name, dtype in info.columns.items()])
 
 
 class SmallTables:
@@ -396,15 +414,17 @@ class SmallTables:
 
     def _apply_one(self, table: _Table, raw: _Raw, batch_id: int) -> ApplyResult:
         """Decode, check and apply one table's rows; :class:`Unfit` when Spark is to."""
+        import pyarrow.compute as pc
+
         info = table.info
         app_id = txn.app_id_for(self._instance, table.ref.qualified)
         look = self._small.look(info, app_id)
         if look is None:
             raise Unfit("delta-rs cannot write the table")
         decoded = self._decode(table, raw)
-        rows = decoded.rows
-        counts = Counter(r["__change_type"] for r in rows)
-        truncates = _truncates_of(rows)
+        rows = decoded.rules
+        counts = _counts(rows)
+        truncates = distinct_truncates(decoded.truncates)
         version = txn.txn_version(batch_id, txn.STEP_ROWS)
         if look.done is not None and look.done >= txn.txn_version(batch_id, 0):
             if look.done < version:
@@ -415,13 +435,13 @@ class SmallTables:
                 batch_id,
             )
             return self._result(info, counts, truncates, reload=False)
-        kept = _kept(table.applied, [r for r in rows if r["__change_type"] != "T"])
+        kept = _kept(table.applied, rows.filter(pc.not_equal(rows.column("__change_type"), "T")))
         reload = bool(truncates)
         if reload:
             _check_reload(truncates, kept, look.empty)
         latest = _latest_per_key(_moved_keys(kept, info.keys), info.keys)
         if reload:
-            done = not latest or self._small.append(
+            done = not latest.num_rows or self._small.append(
                 lambda: decoded.arrow(latest, info, actions=False), info, app_id, version
             )
         else:
@@ -455,7 +475,7 @@ class SmallTables:
         return self._decode_rows(table, raw)
 
     def _decode_rows(self, table: _Table, raw: _Raw) -> _Decoded:
-        """Decode with fastavro, a row at a time."""
+        """Decode with fastavro, a row at a time; the payload in the table's columns."""
         from fastavro import schemaless_reader
 
         parsed = self._parse(table.schema_json)
@@ -464,84 +484,94 @@ class SmallTables:
         ]
         skip = header_length(header_tag(table.header))
         fields = [(f.name, f.avro_name) for f in table.schema.fields.values()]
-        rows = []
-        for i, (partition, offset) in enumerate(zip(raw.partitions, raw.offsets, strict=True)):
+        values, kafka_keys = raw.values.to_pylist(), raw.keys.to_pylist()
+        rows, truncates = [], []
+        for i, body in enumerate(values):
             where = raw.where(i)
             try:
-                value: Any = schemaless_reader(io.BytesIO(raw.values[i][skip:]), parsed, None)
+                value: Any = schemaless_reader(io.BytesIO(body[skip:]), parsed, None)
             except Exception as exc:  # fastavro raises what the bytes happen to trip
                 raise Unfit(f"a value does not decode ({where}): {exc!r}") from exc
             change = value.get("__change_type") if isinstance(value, dict) else None
             if change not in _TAKEN_TYPES:
                 raise Unfit(f"row type {change!r} ({where})")
-            _check_key(raw.keys[i], value, keys, where)
+            _check_key(kafka_keys[i], value, keys, where)
             row = {name: value.get(avro) for name, avro in fields}
             row.update({name: value.get(name) for name in TECHNICAL_FIELD_NAMES})
-            row["__order"] = (_micros(value["__change_time"]), partition, offset)
             rows.append(row)
-        return _Decoded(rows)
+            if change == "T":
+                truncates.append((_micros(value["__change_time"]), value.get("__truncate")))
+        try:
+            payload = pa.Table.from_pylist(rows, schema=_arrow_schema(table.info))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise Unfit(f"a value Arrow cannot convert to its column's type: {exc}") from exc
+        technical = {
+            "__change_type": pa.array([r["__change_type"] for r in rows], pa.string()),
+            "__source_rowid": pa.array([r["__source_rowid"] for r in rows], pa.string()),
+            "__time": pa.array([_micros(r["__change_time"]) for r in rows], pa.int64()),
+        }
+        keys_of = {k: payload.column(k) for k in table.info.keys}
+        by_name = {name: name for name in payload.column_names}
+        return _Decoded(payload, by_name, _rules(keys_of, technical, raw), truncates)
 
     def _decode_columns(self, table: _Table, raw: _Raw) -> _Decoded:
-        """DuckDB's decode into columns; the rows hold what the row rules read.
+        """DuckDB's decode into columns (by Avro name); the keys checked in columns too."""
+        import pyarrow.compute as pc
 
-        Each row holds its change type, order, key columns, ``__source_rowid`` and (for a
-        TRUNCATE) ``__truncate``, and ``__index``, its place in the decoded columns.
-        """
         skip = header_length(header_tag(table.header))
         try:
-            payload = self._decoder.decode(table.schema_json, [v[skip:] for v in raw.values])
+            payload = self._decoder.decode(table.schema_json, _after(raw.values, skip))
         except DecodeError as exc:
             raise Unfit(f"the values do not decode: {exc}") from exc
-        changes = payload.column("__change_type").to_pylist()
-        wrong = next((i for i, c in enumerate(changes) if c not in _TAKEN_TYPES), None)
+        changes = payload.column("__change_type")
+        wrong = _first(pc.invert(pc.fill_null(pc.is_in(changes, value_set=_TAKEN), False)))
         if wrong is not None:
-            raise Unfit(f"row type {changes[wrong]!r} ({raw.where(wrong)})")
+            raise Unfit(f"row type {changes[wrong].as_py()!r} ({raw.where(wrong)})")
         self._check_keys(table, raw, payload)
         avro_of = {f.name: f.avro_name for f in table.schema.fields.values()}
-        times = payload.column("__change_time").cast(pa.int64()).to_pylist()
-        rowids = payload.column("__source_rowid").to_pylist()
-        keys = {k: payload.column(avro_of[k]).to_pylist() for k in table.info.keys}
-        rows = []
-        for i, (partition, offset) in enumerate(zip(raw.partitions, raw.offsets, strict=True)):
-            row = {k: column[i] for k, column in keys.items()}
-            row.update(
-                __index=i,
-                __change_type=changes[i],
-                __source_rowid=rowids[i],
-                __order=(times[i], partition, offset),
-            )
-            if changes[i] == "T":
-                scope = payload.column("__truncate")[i].as_py()
-                row["__truncate"] = dict(scope) if scope is not None else None
-            rows.append(row)
-        return _Decoded(rows, payload, avro_of)
+        technical = {
+            "__change_type": changes,
+            "__source_rowid": payload.column("__source_rowid"),
+            "__time": payload.column("__change_time").cast(pa.int64()),
+        }
+        keys_of = {k: payload.column(avro_of[k]) for k in table.info.keys}
+        is_truncate = pc.equal(changes, "T")
+        truncates = []
+        if pc.any(is_truncate).as_py():
+            at = payload.filter(is_truncate)
+            scopes = at.column("__truncate").to_pylist()
+            times = at.column("__change_time").cast(pa.int64()).to_pylist()
+            truncates = [
+                (t, dict(scope) if scope is not None else None)
+                for t, scope in zip(times, scopes, strict=True)
+            ]
+        return _Decoded(payload, avro_of, _rules(keys_of, technical, raw), truncates)
 
     def _check_keys(self, table: _Table, raw: _Raw, payload: pa.Table) -> None:
         """:class:`Unfit` unless every row's Kafka key agrees with its value."""
         import pyarrow.compute as pc
 
-        by_ref: dict[int, list[tuple[int, bytes]]] = {}  # key schema -> (row, key)
-        for i, key in enumerate(raw.keys):
-            found = next(
-                (j for j, ref in enumerate(table.keys) if key and key.startswith(ref.header)),
-                None,
-            )
-            if key is None or found is None:
-                where = raw.where(i)
-                raise Unfit(f"a Kafka key is missing or of an unknown writer schema ({where})")
-            by_ref.setdefault(found, []).append((i, key))
-        for j, keyed in by_ref.items():
-            ref = table.keys[j]
+        schema_of = pa.nulls(len(raw), pa.int32())  # the key schema (of table.keys) of a row
+        for j, ref in reversed(list(enumerate(table.keys))):  # the first that matches wins
+            framed = pc.equal(pc.binary_slice(raw.keys, 0, len(ref.header)), ref.header)
+            schema_of = pc.if_else(pc.fill_null(framed, False), j, schema_of)
+        unknown = _first(pc.is_null(schema_of))
+        if unknown is not None:
+            where = raw.where(unknown)
+            raise Unfit(f"a Kafka key is missing or of an unknown writer schema ({where})")
+        for j, ref in enumerate(table.keys):
+            indices = pc.indices_nonzero(pc.equal(schema_of, j))
+            if not len(indices):
+                continue
             pairs = key_pairs(table.schema, ref)
             if isinstance(pairs, str):
                 raise Unfit(pairs)
-            skip = len(ref.header)
+            bodies = _after(raw.keys.take(indices), len(ref.header))
             try:
-                decoded = self._decoder.decode(ref.schema_json, [key[skip:] for _, key in keyed])
+                decoded = self._decoder.decode(ref.schema_json, bodies)
             except DecodeError as exc:
                 raise Unfit(f"a Kafka key does not decode: {exc}") from exc
-            indices = [i for i, _ in keyed]
-            values = payload.take(pa.array(indices, pa.int64()))
+            values = payload.take(indices)
             for key_field, value_field in pairs:
                 agree = pc.fill_null(
                     pc.equal(
@@ -549,9 +579,10 @@ class SmallTables:
                     ),
                     False,
                 )
-                if not pc.all(agree).as_py():
-                    first = indices[agree.to_pylist().index(False)]
-                    raise Unfit(f"a Kafka key disagrees with its value ({raw.where(first)})")
+                first = _first(pc.invert(agree))
+                if first is not None:
+                    where = raw.where(indices[first].as_py())
+                    raise Unfit(f"a Kafka key disagrees with its value ({where})")
 
     def _parse(self, schema_json: str) -> Any:
         from fastavro import parse_schema
@@ -634,86 +665,153 @@ def _check_key(
             raise Unfit(f"a Kafka key disagrees with its value ({where})")
 
 
-def _kept(applied: list[Truncate], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rules(keys: Mapping[str, Any], technical: Mapping[str, Any], raw: _Raw) -> pa.Table:
+    """The table the row rules read (:attr:`_Decoded.rules`)."""
+    return pa.table(
+        {
+            **keys,
+            **technical,
+            "__partition": raw.partitions,
+            "__offset": raw.offsets,
+            "__index": pa.array(range(len(raw)), pa.int64()),
+        }
+    )
+
+
+def _after(framed: pa.Array, skip: int) -> pa.Array:
+    """``framed`` without its first ``skip`` bytes (its header).
+
+    With an explicit end: pyarrow 26's ``binary_slice`` fails on a slice of an array (a
+    table's rows of a batch) when the end is left open.
+    """
+    import pyarrow.compute as pc
+
+    return pc.binary_slice(framed, skip, _NO_END)
+
+
+_NO_END = 2**31 - 1  # longer than any value of a binary column
+
+
+def _first(mask: pa.Array | pa.ChunkedArray) -> int | None:
+    """The first row where ``mask`` is true; None: none."""
+    import pyarrow.compute as pc
+
+    found = pc.index(mask, True).as_py()
+    return None if found < 0 else found
+
+
+def _counts(rows: pa.Table) -> Counter[str]:
+    """Rows per change type."""
+    import pyarrow.compute as pc
+
+    counted = pc.value_counts(rows.column("__change_type")).to_pylist()
+    return Counter({c["values"]: c["counts"] for c in counted})
+
+
+def _kept(applied: list[Truncate], rows: pa.Table) -> pa.Table:
     """``rows`` but those the whole-table TRUNCATEs ``applied`` (of earlier batches) cover."""
-    oldest = min((r["__order"][0] for r in rows), default=None)
+    import pyarrow.compute as pc
+
+    oldest = pc.min(rows.column("__time")).as_py()
     if oldest is None:
         return rows
     if any(not t.unscoped and t.time_us > oldest for t in applied):
         raise Unfit("a scoped TRUNCATE of an earlier batch may cover its rows")
     cut = max((t.time_us for t in applied if t.unscoped), default=None)
-    return rows if cut is None else [r for r in rows if r["__order"][0] >= cut]
+    return rows if cut is None else rows.filter(pc.greater_equal(rows.column("__time"), cut))
 
 
-def _truncates_of(rows: list[dict[str, Any]]) -> list[Truncate]:
-    found = [(r["__order"][0], r["__truncate"]) for r in rows if r["__change_type"] == "T"]
-    return distinct_truncates(found)
-
-
-def _check_reload(truncates: list[Truncate], kept: list[dict[str, Any]], empty: bool) -> None:
+def _check_reload(truncates: list[Truncate], kept: pa.Table, empty: bool) -> None:
     """:class:`Unfit` unless the batch reloads an empty table (see the module docstring)."""
+    import pyarrow.compute as pc
+
     if any(not t.unscoped for t in truncates):
         raise Unfit("a scoped TRUNCATE")
     if not empty:
         raise Unfit("a TRUNCATE over stored rows (Spark deletes them)")
     latest = truncates[-1].time_us
-    if any(r["__order"][0] < latest for r in kept):
+    if pc.any(pc.less(kept.column("__time"), latest)).as_py():
         raise Unfit("rows older than the batch's TRUNCATE")
-    if any(r["__change_type"] not in UPSERT_TYPES for r in kept):
+    if pc.any(pc.invert(pc.is_in(kept.column("__change_type"), value_set=_UPSERTS))).as_py():
         raise Unfit("rows other than upserts beside a TRUNCATE")
 
 
-def _moved_keys(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+def _moved_keys(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     """``rows`` but the BEFORE images, of which those whose UPDATE moved the key are kept.
 
-    Those delete their (old) key (:func:`_arrow`). A BEFORE image's UPDATE has the same change
-    time and the same ``__source_rowid``, or, without one, is the row right after it (same
-    partition, next offset): :func:`lakehouse_writer.apply.moved_keys`.
+    Those delete their (old) key. A BEFORE image's UPDATE has the same change time and the
+    same ``__source_rowid``, or, without one, is the row right after it (same partition,
+    next offset): :func:`lakehouse_writer.apply.moved_keys`.
     """
-    befores = [r for r in rows if r["__change_type"] == "B"]
-    if not befores:
+    import pyarrow.compute as pc
+
+    change = rows.column("__change_type")
+    is_before = pc.equal(change, "B")
+    if not pc.any(is_before).as_py():
         return rows
-    by_rowid: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    by_position: dict[tuple[int, int, int], dict[str, Any]] = {}
-    for row in rows:
-        if row["__change_type"] == "U":
-            by_position[row["__order"]] = row
-            if row["__source_rowid"] is not None:
-                by_rowid.setdefault((row["__order"][0], row["__source_rowid"]), []).append(row)
-    kept = [r for r in rows if r["__change_type"] != "B"]
-    for before in befores:
-        time, partition, offset = before["__order"]
-        if before["__source_rowid"] is not None:
-            updates = by_rowid.get((time, before["__source_rowid"]), [])
-        else:
-            update = by_position.get((time, partition, offset + 1))
-            updates = [update] if update is not None else []
-        old = tuple(before[k] for k in keys)
-        if any(tuple(u[k] for k in keys) != old for u in updates):
-            kept.append(before)
-    return kept
+    befores = rows.filter(is_before)
+    befores = befores.append_column("__next", pc.add(befores.column("__offset"), 1))
+    updates = rows.filter(pc.equal(change, "U"))
+    updates = updates.append_column("__next", updates.column("__offset"))
+    by_rowid = pc.is_valid(befores.column("__source_rowid"))
+    pairs = [  # (a BEFORE image's __index, its key, its UPDATE's key) in __old*, __new*
+        _side(befores.filter(where), on, keys, "__old").join(
+            _side(updates, on, keys, "__new").drop_columns(["__index"]), on, join_type="inner"
+        )
+        for where, on in ((by_rowid, _BY_ROWID), (pc.invert(by_rowid), _BY_POSITION))
+    ]
+    old = [f"__old{i}" for i in range(len(keys))]
+    new = [f"__new{i}" for i in range(len(keys))]
+    moved: set[int] = set()
+    for paired in pairs:
+        differs = pa.array([False] * paired.num_rows, pa.bool_())
+        for o, n in zip(old, new, strict=True):
+            differs = pc.or_(differs, _differ(paired.column(o), paired.column(n)))
+        moved.update(paired.filter(differs).column("__index").to_pylist())
+    kept_before = pc.is_in(rows.column("__index"), value_set=pa.array(sorted(moved), pa.int64()))
+    return rows.filter(pc.or_(pc.invert(is_before), kept_before))
 
 
-def _latest_per_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+_BY_ROWID = ["__time", "__source_rowid"]  # an UPDATE and its BEFORE image share these
+_BY_POSITION = ["__time", "__partition", "__next"]  # or it is the next message
+
+
+def _side(rows: pa.Table, on: list[str], keys: tuple[str, ...], prefix: str) -> pa.Table:
+    """``rows``' join columns ``on``, ``__index`` and keys (renamed ``prefix`` + position)."""
+    columns = {c: rows.column(c) for c in [*on, "__index"]}
+    return pa.table(columns | {f"{prefix}{i}": rows.column(k) for i, k in enumerate(keys)})
+
+
+def _differ(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Where ``a`` and ``b`` differ, NULL equal to NULL only."""
+    import pyarrow.compute as pc
+
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    return pc.and_(pc.invert(both_null), pc.fill_null(pc.not_equal(a, b), True))
+
+
+def _latest_per_key(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     """One row per key: the last by (change time, partition, offset)."""
-    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in rows:
-        key = tuple(row[k] for k in keys)
-        seen = latest.get(key)
-        if seen is None or row["__order"] > seen["__order"]:
-            latest[key] = row
-    return list(latest.values())
+    ordered = rows.sort_by(
+        [("__time", "ascending"), ("__partition", "ascending"), ("__offset", "ascending")]
+    )
+    ordered = ordered.append_column("__rank", pa.array(range(ordered.num_rows), pa.int64()))
+    last = ordered.group_by(list(keys), use_threads=False).aggregate([("__rank", "max")])
+    return ordered.take(last.column("__rank_max")).drop_columns(["__rank"])
 
 
-def _key_range(rows: list[dict[str, Any]], column: str) -> tuple[Any, Any] | None:
+def _key_range(rows: pa.Table, column: str) -> tuple[Any, Any] | None:
     """Lowest and highest value of ``column`` in ``rows``; None when one is NULL or none."""
-    values = [r[column] for r in rows]
-    if not values or any(v is None for v in values):
+    import pyarrow.compute as pc
+
+    values = rows.column(column)
+    if not len(values) or values.null_count:
         return None
     try:
-        return min(values), max(values)
-    except TypeError:
+        bounds = pc.min_max(values).as_py()
+    except pa.ArrowNotImplementedError:
         return None
+    return bounds["min"], bounds["max"]
 
 
 def _micros(value: datetime) -> int:

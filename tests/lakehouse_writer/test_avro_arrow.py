@@ -9,10 +9,11 @@ from decimal import Decimal
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from lakehouse_writer.avro_arrow import ArrowDecoder, DecodeError
+from lakehouse_writer.avro_arrow import ArrowDecoder, DecodeError, _long, _varints
 from producer_lib.schema import (
     AvroBoolean,
     AvroByte,
@@ -177,3 +178,19 @@ def test_no_bodies_give_an_empty_table_of_the_final_types(decoder: ArrowDecoder)
     table = decoder.decode(schema_json, [])
     assert table.num_rows == 0
     assert table.schema.field("AMOUNT").type == pa.decimal128(15, 2)
+
+
+def test_bodies_from_a_slice_of_an_arrow_column_decode_as_the_same_bytes_in_a_list(
+    decoder: ArrowDecoder,
+) -> None:
+    schema = _schema()
+    schema_json = json.dumps(schema.to_avro_json())
+    bodies = _bodies(schema_json, _rows(schema, 8))
+    column = pa.array([b"x", *bodies, b"y"], pa.binary()).slice(1, len(bodies))  # a table's rows
+    assert decoder.decode(schema_json, column) == decoder.decode(schema_json, bodies)
+
+
+def test_block_lengths_are_avros_zig_zag_varints() -> None:
+    lengths = np.array([0, 1, 63, 64, 127, 128, 8191, 8192, 10**6, 2**31 - 1])
+    assert _varints(lengths).to_pylist() == [_long(int(n)) for n in lengths]
+    assert _long(64) == b"\x80\x01"  # zig-zag 128: two bytes

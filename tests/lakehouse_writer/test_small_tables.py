@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from lakehouse_writer import small_tables
@@ -34,6 +35,8 @@ from lakehouse_writer.small_tables import (
     COLUMNS_FROM_ROWS,
     SmallTables,
     Unfit,
+    _after,
+    _by_header,
     _check_reload,
     _chunks,
     _Decoded,
@@ -239,27 +242,63 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
 # -- the rules, without Spark ------------------------------------------------------------------
 
 
-def _r(key: int, change: str, time: int, partition: int = 0, offset: int = 0) -> dict[str, Any]:
-    return {"ID": key, "__change_type": change, "__order": (time, partition, offset)}
+def _r(key: int | None, change: str, time: int, partition: int = 0, offset: int = 0) -> dict:
+    return {
+        "ID": key,
+        "__change_type": change,
+        "__time": time,
+        "__partition": partition,
+        "__offset": offset,
+    }
+
+
+def _rows(*rows: dict[str, Any]) -> pa.Table:
+    """Rows as the rules read them (``_Decoded.rules``)."""
+    full = [{"__source_rowid": None, **r, "__index": i} for i, r in enumerate(rows)]
+    types = {"ID": pa.int64(), "__change_type": pa.string(), "__source_rowid": pa.string()}
+    types |= {"__time": pa.int64(), "__partition": pa.int32(), "__offset": pa.int64()}
+    types |= {"__index": pa.int64()}
+    return pa.Table.from_pylist(full, schema=pa.schema(list(types.items())))
+
+
+def test_a_batchs_rows_are_split_by_header_and_each_tables_values_lose_their_header():
+    found = pa.table(
+        {
+            "__header": [b"\x00a", b"\x00a", b"\x00b", b"\x00b"],
+            "partition": pa.array([0, 1, 0, 2], pa.int32()),
+            "offset": pa.array([5, 6, 7, 8], pa.int64()),
+            "key": [b"k1", None, b"k3", b"k4"],
+            "value": [b"\x00a-one", b"\x00a-two", b"\x00b-three", b"\x00b-four"],
+        }
+    )
+    raw = _by_header(found.slice(1))  # a slice, as a run of tables' rows is
+    assert sorted(raw) == [b"\x00a", b"\x00b"]
+    assert raw[b"\x00a"].offsets.to_pylist() == [6]  # each header's rows are together
+    assert raw[b"\x00b"].where(0) == "partition 0, offset 7"
+    assert _after(raw[b"\x00b"].values, 2).to_pylist() == [b"-three", b"-four"]
+    assert _by_header(found.slice(0, 0)) == {}
 
 
 def test_the_last_row_per_key_is_the_last_by_change_time_then_partition_then_offset():
-    rows = [
+    rows = _rows(
         _r(1, "I", 5, 0, 1),
         _r(1, "U", 5, 0, 2),  # same transaction, later offset: wins
         _r(2, "U", 7, 0, 3),  # newer transaction, earlier partition: wins
         _r(2, "D", 6, 1, 9),
         _r(3, "D", 4, 0, 4),
-    ]
-    latest = {r["ID"]: r["__change_type"] for r in _latest_per_key(rows, ("ID",))}
-    assert latest == {1: "U", 2: "U", 3: "D"}
+        _r(None, "U", 4, 0, 5),
+        _r(None, "D", 4, 0, 6),  # NULL keys are one key
+    )
+    latest = _latest_per_key(rows, ("ID",)).to_pylist()
+    assert {r["ID"]: r["__change_type"] for r in latest} == {1: "U", 2: "U", 3: "D", None: "D"}
+    assert len(latest) == 4
 
 
 def test_a_before_image_deletes_its_key_only_where_its_update_moved_it():
     def row(key: int, change: str, offset: int, rowid: str | None = None) -> dict[str, Any]:
         return {**_r(key, change, 5, 0, offset), "__source_rowid": rowid}
 
-    rows = [
+    rows = _rows(
         row(1, "B", 1),
         row(7, "U", 2),  # next offset: 1 moved to 7
         row(2, "B", 3, "a"),
@@ -267,24 +306,28 @@ def test_a_before_image_deletes_its_key_only_where_its_update_moved_it():
         row(3, "B", 6),
         row(3, "U", 7),  # next offset, same key: stays
         row(4, "B", 8),  # no UPDATE after it: ignored
-    ]
-    kept = _moved_keys(rows, ("ID",))
+        row(5, "B", 9, "b"),
+        row(6, "U", 11, "b"),  # same row id, another key: 5 moved to 6
+    )
+    kept = _moved_keys(rows, ("ID",)).to_pylist()
     assert sorted((r["ID"], r["__change_type"]) for r in kept) == [
         (1, "B"),
         (2, "U"),
         (3, "U"),
+        (5, "B"),
+        (6, "U"),
         (7, "U"),
     ]
 
 
 def test_a_reload_is_taken_only_into_an_empty_table_with_upserts_not_older_than_it():
     whole = [Truncate(10)]
-    _check_reload(whole, [_r(1, "R", 10), _r(2, "I", 11)], empty=True)  # taken
+    _check_reload(whole, _rows(_r(1, "R", 10), _r(2, "I", 11)), empty=True)  # taken
     cases = {
-        "a scoped TRUNCATE": ([Truncate(10, {"REGION": "A"})], [_r(1, "R", 10)], True),
-        "stored rows": (whole, [_r(1, "R", 10)], False),
-        "older": (whole, [_r(1, "R", 9)], True),
-        "deletes": (whole, [_r(1, "D", 10)], True),
+        "a scoped TRUNCATE": ([Truncate(10, {"REGION": "A"})], _rows(_r(1, "R", 10)), True),
+        "stored rows": (whole, _rows(_r(1, "R", 10)), False),
+        "older": (whole, _rows(_r(1, "R", 9)), True),
+        "deletes": (whole, _rows(_r(1, "D", 10)), True),
     }
     for truncates, rows, empty in cases.values():
         with pytest.raises(Unfit):
@@ -292,17 +335,17 @@ def test_a_reload_is_taken_only_into_an_empty_table_with_upserts_not_older_than_
 
 
 def test_rows_an_earlier_batchs_whole_table_truncate_covers_are_dropped():
-    rows = [_r(1, "U", 5), _r(2, "U", 15)]
-    assert [r["ID"] for r in _kept([Truncate(10)], rows)] == [2]
+    rows = _rows(_r(1, "U", 5), _r(2, "U", 15))
+    assert _kept([Truncate(10)], rows).column("ID").to_pylist() == [2]
     assert _kept([Truncate(3, {"REGION": "A"})], rows) == rows  # older than every row
     with pytest.raises(Unfit):  # a scope the driver does not evaluate: Spark's path
         _kept([Truncate(10, {"REGION": "A"})], rows)
 
 
 def test_the_key_range_is_left_out_when_a_key_is_null():
-    assert _key_range([{"K": 3}, {"K": 1}], "K") == (1, 3)
-    assert _key_range([{"K": 3}, {"K": None}], "K") is None
-    assert _key_range([], "K") is None
+    assert _key_range(pa.table({"K": [3, 1]}), "K") == (1, 3)
+    assert _key_range(pa.table({"K": [3, None]}), "K") is None
+    assert _key_range(pa.table({"K": pa.array([], pa.int64())}), "K") is None
 
 
 def _lane(max_rows: int, lakehouse: str = "/lake") -> SmallTables:
@@ -346,14 +389,12 @@ def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
 
 
 def test_columns_the_writer_schema_lacks_are_null_even_where_an_avro_name_spells_them():
-    import pyarrow as pa
-
     payload = pa.table({"ORDER_DATE": [1, 2], "__change_type": ["U", "U"]})  # Avro names
-    decoded = _Decoded([], payload, {"ORDER DATE": "ORDER_DATE"})
+    decoded = _Decoded(payload, {"ORDER DATE": "ORDER_DATE"}, _rows())
     schema = pa.schema(
         [("ORDER DATE", pa.int64()), ("ORDER_DATE", pa.int64()), ("__change_type", pa.string())]
     )
-    taken = decoded._taken([{"__index": 1}, {"__index": 0}], schema)
+    taken = decoded._taken(pa.array([1, 0]), schema)
     assert taken.to_pydict() == {
         "ORDER DATE": [2, 1],
         "ORDER_DATE": [None, None],  # another version's column: not this schema's
