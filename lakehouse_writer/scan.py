@@ -143,6 +143,8 @@ class BatchScan:
                 self.frame.filter(~F.col("topic").isin(*self.system)) if self.system else self.frame
             )
             found = data.filter(F.col(HEADER).isin(*headers)).select(*columns).toArrow()
+        if len(headers) < 2:
+            return found
         return found.sort_by(HEADER)  # a stable sort: each header's rows together
 
     def release(self) -> None:
@@ -167,7 +169,11 @@ def _where(table: pa.Table, column: str, values: Collection[Any], keep: bool = T
     mask = pc.is_in(
         table.column(column), value_set=pa.array(list(values), table.schema.field(column).type)
     )
-    return table.filter(mask if keep else pc.invert(mask))
+    if not keep:
+        mask = pc.invert(mask)
+    if pc.all(mask).as_py() is not False:  # every row (or none): no copy
+        return table
+    return table.filter(mask)
 
 
 def collect(df: DataFrame, system_topics: Iterable[str]) -> BatchScan:
