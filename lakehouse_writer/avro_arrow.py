@@ -228,12 +228,8 @@ def _write_container(out: BinaryIO, schema_json: str, bodies: pa.Array) -> None:
     parts += (_long(0), sync)
     bodies = bodies.cast(pa.large_binary())
     lengths = pc.binary_length(bodies).to_numpy(zero_copy_only=False)
-    blocks = pc.binary_join_element_wise(
-        *(pa.scalar(b, pa.large_binary()) for b in (_long(1),)),
-        _varints(lengths).cast(pa.large_binary()),
-        bodies,
-        *(pa.scalar(b, pa.large_binary()) for b in (sync, b"")),
-    )
+    one, marker, joined_by = (pa.scalar(b, pa.large_binary()) for b in (_long(1), sync, b""))
+    blocks = pc.binary_join_element_wise(one, _varints(lengths), bodies, marker, joined_by)
     offsets = np.frombuffer(blocks.buffers()[1], np.int64, len(blocks) + 1, blocks.offset * 8)
     data = blocks.buffers()[2]
     assert data is not None
@@ -253,7 +249,7 @@ def _long(n: int) -> bytes:
 
 
 def _varints(values: np.ndarray) -> pa.Array:
-    """Avro's zig-zag varints of the non-negative ``values``, as a binary column (numpy)."""
+    """Avro's zig-zag varints of the non-negative ``values``, as a large binary column."""
     zigzag = values.astype(np.uint64) << np.uint64(1)
     shifts = np.arange(0, 70, 7, dtype=np.uint64)  # ten 7-bit groups hold 64 bits
     groups = ((zigzag[:, None] >> shifts[None, :]) & np.uint64(0x7F)).astype(np.uint8)
@@ -261,9 +257,9 @@ def _varints(values: np.ndarray) -> pa.Array:
     used = np.arange(len(shifts))[None, :] < sizes[:, None]
     more = np.arange(len(shifts))[None, :] < (sizes - 1)[:, None]
     data = (groups | np.where(more, 0x80, 0).astype(np.uint8))[used]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return pa.Array.from_buffers(
-        pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        pa.large_binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )
 
 

@@ -41,9 +41,11 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakehouse_writer import txn
 from lakehouse_writer.apply import UPSERT_TYPES, ApplyResult
@@ -135,8 +137,6 @@ _NO_ROWS = _Raw(*(pa.array([], t) for t in (pa.int32(), pa.int64(), pa.binary(),
 
 def _by_header(found: pa.Table) -> dict[bytes, _Raw]:
     """Raw rows by header, from rows with each header's together (``BatchScan.rows_of``)."""
-    import pyarrow.compute as pc
-
     if not found.num_rows:
         return {}
     found = found.combine_chunks()
@@ -181,8 +181,6 @@ class _Decoded:
         Raises:
             Unfit: A value Arrow cannot take as its column's type.
         """
-        import pyarrow.compute as pc
-
         try:
             table = self._taken(rows.column("__index"), _arrow_schema(info))
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -414,8 +412,6 @@ class SmallTables:
 
     def _apply_one(self, table: _Table, raw: _Raw, batch_id: int) -> ApplyResult:
         """Decode, check and apply one table's rows; :class:`Unfit` when Spark is to."""
-        import pyarrow.compute as pc
-
         info = table.info
         app_id = txn.app_id_for(self._instance, table.ref.qualified)
         look = self._small.look(info, app_id)
@@ -516,8 +512,6 @@ class SmallTables:
 
     def _decode_columns(self, table: _Table, raw: _Raw) -> _Decoded:
         """DuckDB's decode into columns (by Avro name); the keys checked in columns too."""
-        import pyarrow.compute as pc
-
         skip = header_length(header_tag(table.header))
         try:
             payload = self._decoder.decode(table.schema_json, _after(raw.values, skip))
@@ -549,8 +543,6 @@ class SmallTables:
 
     def _check_keys(self, table: _Table, raw: _Raw, payload: pa.Table) -> None:
         """:class:`Unfit` unless every row's Kafka key agrees with its value."""
-        import pyarrow.compute as pc
-
         schema_of = pa.nulls(len(raw), pa.int32())  # the key schema (of table.keys) of a row
         for j, ref in reversed(list(enumerate(table.keys))):  # the first that matches wins
             framed = pc.equal(pc.binary_slice(raw.keys, 0, len(ref.header)), ref.header)
@@ -684,8 +676,6 @@ def _after(framed: pa.Array, skip: int) -> pa.Array:
     With an explicit end: pyarrow 26's ``binary_slice`` fails on a slice of an array (a
     table's rows of a batch) when the end is left open.
     """
-    import pyarrow.compute as pc
-
     return pc.binary_slice(framed, skip, _NO_END)
 
 
@@ -694,24 +684,18 @@ _NO_END = 2**31 - 1  # longer than any value of a binary column
 
 def _first(mask: pa.Array | pa.ChunkedArray) -> int | None:
     """The first row where ``mask`` is true; None: none."""
-    import pyarrow.compute as pc
-
     found = pc.index(mask, True).as_py()
     return None if found < 0 else found
 
 
 def _counts(rows: pa.Table) -> Counter[str]:
     """Rows per change type."""
-    import pyarrow.compute as pc
-
     counted = pc.value_counts(rows.column("__change_type")).to_pylist()
     return Counter({c["values"]: c["counts"] for c in counted})
 
 
 def _kept(applied: list[Truncate], rows: pa.Table) -> pa.Table:
     """``rows`` but those the whole-table TRUNCATEs ``applied`` (of earlier batches) cover."""
-    import pyarrow.compute as pc
-
     oldest = pc.min(rows.column("__time")).as_py()
     if oldest is None:
         return rows
@@ -723,8 +707,6 @@ def _kept(applied: list[Truncate], rows: pa.Table) -> pa.Table:
 
 def _check_reload(truncates: list[Truncate], kept: pa.Table, empty: bool) -> None:
     """:class:`Unfit` unless the batch reloads an empty table (see the module docstring)."""
-    import pyarrow.compute as pc
-
     if any(not t.unscoped for t in truncates):
         raise Unfit("a scoped TRUNCATE")
     if not empty:
@@ -743,8 +725,6 @@ def _moved_keys(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     same ``__source_rowid``, or, without one, is the row right after it (same partition,
     next offset): :func:`lakehouse_writer.apply.moved_keys`.
     """
-    import pyarrow.compute as pc
-
     change = rows.column("__change_type")
     is_before = pc.equal(change, "B")
     if not pc.any(is_before).as_py():
@@ -764,9 +744,10 @@ def _moved_keys(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     new = [f"__new{i}" for i in range(len(keys))]
     moved: set[int] = set()
     for paired in pairs:
-        differs = pa.array([False] * paired.num_rows, pa.bool_())
-        for o, n in zip(old, new, strict=True):
-            differs = pc.or_(differs, _differ(paired.column(o), paired.column(n)))
+        differs = reduce(
+            pc.or_,
+            (_differ(paired.column(o), paired.column(n)) for o, n in zip(old, new, strict=True)),
+        )
         moved.update(paired.filter(differs).column("__index").to_pylist())
     kept_before = pc.is_in(rows.column("__index"), value_set=pa.array(sorted(moved), pa.int64()))
     return rows.filter(pc.or_(pc.invert(is_before), kept_before))
@@ -784,8 +765,6 @@ def _side(rows: pa.Table, on: list[str], keys: tuple[str, ...], prefix: str) -> 
 
 def _differ(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
     """Where ``a`` and ``b`` differ, NULL equal to NULL only."""
-    import pyarrow.compute as pc
-
     both_null = pc.and_(pc.is_null(a), pc.is_null(b))
     return pc.and_(pc.invert(both_null), pc.fill_null(pc.not_equal(a, b), True))
 
@@ -802,8 +781,6 @@ def _latest_per_key(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
 
 def _key_range(rows: pa.Table, column: str) -> tuple[Any, Any] | None:
     """Lowest and highest value of ``column`` in ``rows``; None when one is NULL or none."""
-    import pyarrow.compute as pc
-
     values = rows.column(column)
     if not len(values) or values.null_count:
         return None
