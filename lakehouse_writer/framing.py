@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column
 
 HEADER = "__header"
@@ -32,6 +33,25 @@ def header_column(column: str = "value") -> Column:
     )
     return F.when(confluent, F.substring(framed, 1, _CONFLUENT_LEN)).when(
         single, F.substring(framed, 1, _SINGLE_OBJECT_LEN)
+    )
+
+
+def header_array(values: pa.Array) -> pa.Array:
+    """:func:`header_column` over an Arrow array of framed bytes (a batch read in the driver)."""
+    import pyarrow.compute as pc
+
+    size = pc.binary_length(values)
+    confluent = pc.and_(
+        pc.equal(pc.binary_slice(values, 0, 1), b"\x00"), pc.greater_equal(size, _CONFLUENT_LEN)
+    )
+    single = pc.and_(
+        pc.equal(pc.binary_slice(values, 0, 2), b"\xc3\x01"),
+        pc.greater_equal(size, _SINGLE_OBJECT_LEN),
+    )
+    return pc.case_when(
+        pc.make_struct(confluent, single),
+        pc.binary_slice(values, 0, _CONFLUENT_LEN),
+        pc.binary_slice(values, 0, _SINGLE_OBJECT_LEN),
     )
 
 

@@ -140,6 +140,8 @@ class Plan:
             the first one that held rows back, else the end.
         changed: True when ``source`` is not the batch as Spark gave it.
         ranges: The offset ranges of the batch as Spark gave it (None: not found).
+        reads: The offset ranges ``source`` reads: the held ones, then the batch's, up to
+            the cuts (None: not found).
     """
 
     source: DataFrame
@@ -148,6 +150,7 @@ class Plan:
     awaits: dict[int, int] = field(default_factory=dict)
     changed: bool = False
     ranges: OffsetRanges | None = None
+    reads: OffsetRanges | None = None
 
 
 class Holdback:
@@ -212,7 +215,7 @@ class Holdback:
                 commit.offset, awaits.get(commit.partition, commit.offset)
             )
         if not cuts:
-            return Plan(source, awaits=awaits, changed=bool(held), ranges=ranges)
+            return Plan(source, awaits=awaits, changed=bool(held), ranges=ranges, reads=spans)
         plan = Plan(
             keep_before(source, cuts),
             held={key: (at, spans[key][1]) for key, at in cuts.items()},
@@ -220,6 +223,9 @@ class Holdback:
             awaits=awaits,
             changed=True,
             ranges=ranges,
+            reads={
+                key: (first, min(end, cuts.get(key, end))) for key, (first, end) in spans.items()
+            },
         )
         log.info(
             "rows held back batch=%d partitions=%s transactions=%d first=%s",

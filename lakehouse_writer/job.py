@@ -39,6 +39,7 @@ from lakehouse_writer.commits import (
     commit_rows,
 )
 from lakehouse_writer.conflicts import retry_on_conflict
+from lakehouse_writer.driver_read import DriverRead
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, secrets_of
 from lakehouse_writer.holdback import Holdback
@@ -180,6 +181,7 @@ class BatchProcessor:
             settings.commits_topic,
             self._ours,
         )
+        self._driver_read = DriverRead(settings.kafka_client_conf())  # a small batch, no job
         self._commits = DeltaRsAppend(f"{self._lake}/{COMMITS}")  # where delta-rs may
         self._truncates = TruncateLog(
             spark, f"{self._lake}/{STATE}", f"{self._lake}/{LEGACY_TRUNCATES}"
@@ -235,6 +237,7 @@ class BatchProcessor:
             self._closed = True
         self._ahead.close()
         self._holdback.close()
+        self._driver_read.close()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Apply one micro-batch (skipped when the state shows it applied already).
@@ -289,7 +292,9 @@ class BatchProcessor:
         batch holds whole; :class:`~lakehouse_writer.reload.ReloadBet` may write one topic's
         rows in the pass that reads them; :func:`~lakehouse_writer.scan.scan` reads, decodes
         and counts the rest, or, for a batch small enough for the driver to apply whole,
-        :func:`~lakehouse_writer.scan.collect` reads it into the driver.
+        :class:`~lakehouse_writer.driver_read.DriverRead` reads its offset ranges into the
+        driver (by Spark's job should it give up) and :func:`~lakehouse_writer.scan.collect`
+        counts them.
         """
         expected = self._ahead.batch_starts()
         reload: Speculation | None = None
@@ -305,8 +310,16 @@ class BatchProcessor:
                     rows = self._spark.createDataFrame([], plan.source.schema)
                     found = BatchScan(rows)
                 elif self._small_tables.takes_batch(plan.ranges, self.state.held):
-                    found = collect(rows, self._system_topics)
-                    log.info("batch read into the driver batch=%d rows=%d", batch_id, len(found))
+                    raw = None
+                    if reload is None and plan.reads is not None:  # no Spark job: rows as is
+                        raw = self._driver_read.read(plan.reads)
+                    found = collect(rows, self._system_topics, raw)
+                    log.info(
+                        "batch read into the driver batch=%d rows=%d by=%s",
+                        batch_id,
+                        len(found),
+                        "spark" if raw is None else "consumer",
+                    )
                 else:
                     scanned = self._small_tables.scanned(expected, plan.ranges)
                     found = scan(rows, scanned, self._system_topics)

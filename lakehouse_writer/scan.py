@@ -176,21 +176,28 @@ def _where(table: pa.Table, column: str, values: Collection[Any], keep: bool = T
     return table.filter(mask)
 
 
-def collect(df: DataFrame, system_topics: Iterable[str]) -> BatchScan:
-    """Read a small batch into the driver: one Spark job, no cache, nothing decoded.
+def collect(df: DataFrame, system_topics: Iterable[str], raw: pa.Table | None = None) -> BatchScan:
+    """Read a small batch into the driver (one Spark job, or ``raw``): no cache, no decode.
 
     For a batch the driver applies whole (:mod:`lakehouse_writer.small_tables`): the scan's
     job and cache, then a second job to collect the small tables' rows, cost more than the
     rows (``docs/PERFORMANCE.md``). What :func:`scan` finds by an aggregate is counted here
     from the rows; a step that needs rows in Spark after all (a table left to Spark's path,
     the logs) gets them from :meth:`BatchScan.of_topics`.
+
+    Args:
+        df: The batch's rows in Spark (the Kafka source's, maybe with held rows and cut).
+        system_topics: Topics whose rows are not change rows.
+        raw: The same rows read already (:class:`~lakehouse_writer.driver_read.DriverRead`);
+            None: read by one Spark job.
     """
     system = frozenset(system_topics)
-    raw = (
-        few_partitions(df)
-        .select("topic", "partition", "offset", header_column().alias(HEADER), "key", "value")
-        .toArrow()
-    )
+    if raw is None:
+        raw = (
+            few_partitions(df)
+            .select("topic", "partition", "offset", header_column().alias(HEADER), "key", "value")
+            .toArrow()
+        )
     found = BatchScan(raw=raw, system=system, spark=df.sparkSession)
     highest = raw.group_by(["topic", "partition"]).aggregate([("offset", "max")])
     for topic, partition, offset in zip(

@@ -5,9 +5,10 @@ each of them costs a decode job, a summary job and some twenty analyzed DataFram
 before delta-rs merges its few rows: the plans, not the rows, were the batch's time
 (``docs/PERFORMANCE.md``). :class:`SmallTables` takes such tables off Spark's path:
 
-1. A batch of at most ``max_rows`` messages is read into the driver whole, in one Spark job
-   (:meth:`SmallTables.takes_batch`, :func:`~lakehouse_writer.scan.collect`). In a larger
-   batch the scan does not decode the topics with at most ``max_rows`` messages
+1. A batch of at most ``max_rows`` messages is read into the driver whole by a Kafka
+   consumer (:meth:`SmallTables.takes_batch`, :class:`~lakehouse_writer.driver_read.DriverRead`,
+   :func:`~lakehouse_writer.scan.collect`; one Spark job should that consumer give up). In a
+   larger batch the scan does not decode the topics with at most ``max_rows`` messages
    (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch, and one
    Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`), or one
    per run of tables of ``max_rows`` rows together: what the driver holds at once.
