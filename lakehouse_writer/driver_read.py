@@ -84,10 +84,12 @@ class DriverRead:
         consumer = self._open()
         assigned = [TopicPartition(t, p, first) for (t, p), (first, _) in wanted.items()]
         consumer.assign(assigned)
-        consumer.resume(assigned)  # a partition stays paused from an earlier read otherwise
         try:
             rows = self._consume(consumer, wanted)
         finally:
+            # Resumed before they go: a partition paused when unassigned and assigned again
+            # later waited about 1 s for its first fetch (librdkafka 2.16).
+            consumer.resume(assigned)
             consumer.unassign()
         return None if rows is None else _table(rows)
 
