@@ -14,9 +14,10 @@ the Kafka source's guarantees:
   over transaction markers and aborted rows, and moves the position past them);
 - nothing skipped silently: where a range's offsets are no longer in Kafka the consumer does
   not move its start (``auto.offset.reset=error``) but reports it, and the read gives up;
-  so does a read that stops moving (no row and no position change for ``stall_s``). Given
-  up, the batch is read by Spark's job as before, whose ``failOnDataLoss`` fails it with the
-  message :mod:`lakehouse_writer.data_loss` turns into one line.
+  so does a read that stops moving (no row and no position change for ``stall_s``), and one
+  whose consumer fails (it is made again for the next batch). Given up, the batch is read
+  by Spark's job as before, whose ``failOnDataLoss`` fails it with the message
+  :mod:`lakehouse_writer.data_loss` turns into one line.
 
 The rows come as the Arrow table :func:`~lakehouse_writer.scan.collect` counts: ``topic``,
 ``partition``, ``offset``, the header, ``key`` and ``value``, the same columns and types as
@@ -29,10 +30,11 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from contextlib import suppress
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from lakehouse_writer.framing import HEADER, header_array
 from lakehouse_writer.ranges import OffsetRanges
@@ -81,17 +83,27 @@ class DriverRead:
         wanted = {key: span for key, span in sorted(ranges.items()) if span[1] > span[0]}
         if not wanted:
             return RAW_SCHEMA.empty_table()
+        try:
+            rows = self._read(wanted)
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: the consumer is closed
+            log.warning("batch read by Spark instead: the driver's consumer failed: %s", exc)
+            with suppress(KafkaException, RuntimeError):
+                self.close()
+            self._consumer = None  # the next batch starts with a new one
+            return None
+        return None if rows is None else _table(rows)
+
+    def _read(self, wanted: OffsetRanges) -> dict[tuple[str, int], _Rows] | None:
         consumer = self._open()
         assigned = [TopicPartition(t, p, first) for (t, p), (first, _) in wanted.items()]
         consumer.assign(assigned)
         try:
-            rows = self._consume(consumer, wanted)
+            return self._consume(consumer, wanted)
         finally:
             # Resumed before they go: a partition paused when unassigned and assigned again
             # later waited about 1 s for its first fetch (librdkafka 2.16).
             consumer.resume(assigned)
             consumer.unassign()
-        return None if rows is None else _table(rows)
 
     def _consume(
         self, consumer: Consumer, wanted: OffsetRanges

@@ -154,3 +154,15 @@ def test_offsets_gone_from_kafka_or_past_the_end_give_the_read_up(
     assert time.monotonic() - started < 10.0
     read = reader.read({(topic, 0): (3, 5)})  # the consumer reads on after giving up
     assert read is not None and read.column("offset").to_pylist() == [3]
+
+
+def test_a_failed_consumer_gives_the_read_up_and_the_next_read_makes_a_new_one(
+    kafka_bootstrap, new_topic, reader
+):
+    topic = new_topic()
+    _transaction(kafka_bootstrap, topic, [(0, b"a", b"1")], commit=True)  # offsets 0, 1
+    assert reader.read({(topic, 0): (0, 2)}).num_rows == 1
+    reader._consumer.close()  # a consumer gone bad under the writer
+    assert reader.read({(topic, 0): (0, 2)}) is None  # the batch is read by Spark instead
+    again = reader.read({(topic, 0): (0, 2)})
+    assert again is not None and again.column("key").to_pylist() == [b"a"]
