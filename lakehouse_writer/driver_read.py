@@ -34,7 +34,7 @@ from contextlib import suppress
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from lakehouse_writer.framing import HEADER, header_array
 from lakehouse_writer.ranges import OffsetRanges
@@ -114,9 +114,7 @@ class DriverRead:
         while pending:
             for message in consumer.consume(_CONSUME_BATCH, _CONSUME_TIMEOUT_S):
                 error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
+                if error is not None:  # no partition EOF events: they are turned off
                     log.warning("batch read by Spark instead: the driver's consumer got %s", error)
                     return None
                 key = (message.topic() or "", message.partition() or 0)

@@ -214,8 +214,9 @@ class Holdback:
             awaits[commit.partition] = min(
                 commit.offset, awaits.get(commit.partition, commit.offset)
             )
+        reads = {key: (first, min(end, cuts.get(key, end))) for key, (first, end) in spans.items()}
         if not cuts:
-            return Plan(source, awaits=awaits, changed=bool(held), ranges=ranges, reads=spans)
+            return Plan(source, awaits=awaits, changed=bool(held), ranges=ranges, reads=reads)
         plan = Plan(
             keep_before(source, cuts),
             held={key: (at, spans[key][1]) for key, at in cuts.items()},
@@ -223,9 +224,7 @@ class Holdback:
             awaits=awaits,
             changed=True,
             ranges=ranges,
-            reads={
-                key: (first, min(end, cuts.get(key, end))) for key, (first, end) in spans.items()
-            },
+            reads=reads,
         )
         log.info(
             "rows held back batch=%d partitions=%s transactions=%d first=%s",
