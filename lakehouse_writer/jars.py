@@ -137,6 +137,12 @@ def on_class_path(class_path: str = "") -> bool:
 def _class_path_folders(class_path: str) -> list[Path]:
     """Folders whose jars a local driver loads: Spark's ``jars/`` and ``class_path``'s."""
     folders = [Path(e.removesuffix("*")) for e in class_path.split(os.pathsep) if e]
+    return [f for f in folders if f.is_dir()] + spark_jar_folders()
+
+
+def spark_jar_folders() -> list[Path]:
+    """The Spark distribution's ``jars/`` folders: ``SPARK_HOME``'s, then pyspark's."""
+    folders = []
     home = os.environ.get("SPARK_HOME")
     if home:
         folders.append(Path(home) / "jars")

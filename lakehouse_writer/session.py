@@ -9,9 +9,10 @@ Kafka, Avro and Delta connector jars come through ``spark.jars``
 (:func:`lakehouse_writer.jars.local_jars`: ``--jars``, none when the driver's classpath has
 them already, ``LAKEHOUSE_JARS_DIR``, or Maven as the last resort); with a cluster master
 Spark ships them from the driver to the executors. ``spark.jars`` or ``spark.jars.packages``
-given in ``conf`` are left as they are. Under ``spark-submit``, Databricks or Fabric (no
-master set here) the jars are expected where the cluster has them (``spark-submit --jars``),
-and :func:`missing_connectors` names any that are not.
+given in ``conf`` are left as they are. A local master also gets a local file system that
+starts no process per call (:mod:`lakehouse_writer.local_fs`). Under ``spark-submit``,
+Databricks or Fabric (no master set here) the jars are expected where the cluster has them
+(``spark-submit --jars``), and :func:`missing_connectors` names any that are not.
 
 The writer needs a classic session (py4j): it calls Delta's and Hadoop's JVM classes.
 Spark Connect sessions are refused at start (:func:`refuse_spark_connect`,
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.jars import CONNECTOR_CLASSES, JARS_DIR_VARIABLE
+from lakehouse_writer.local_fs import local_fs_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,7 +130,8 @@ def session_settings(
     """The settings :func:`build_spark_session` gives its session.
 
     Delta's; a local master's small-machine defaults; the jars; the UI when asked for; then
-    ``conf`` over them all.
+    ``conf`` over them all; last, for a local master, the local file system of
+    :mod:`lakehouse_writer.local_fs` unless ``conf`` names one.
     """
     settings = dict(_DELTA)
     if master is not None and master.startswith("local"):
@@ -138,6 +141,8 @@ def session_settings(
     if jars:
         settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
+    if master is not None and master.startswith("local"):
+        settings.update(local_fs_settings(settings))
     return settings
 
 
