@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -100,9 +101,31 @@ def ensure_topic(
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise ProduceError(f"cannot create topic: {exc.args[0]}", topic=topic) from exc
+        return _awaited_partition_count(admin, topic, timeout_s)  # made by another client
     except Exception as exc:
         raise ProduceError(f"cannot create topic: {exc}", topic=topic) from exc
     return _partition_count(admin, topic, timeout_s) or partitions
+
+
+def _awaited_partition_count(admin: AdminClient, topic: str, timeout_s: float) -> int:
+    """The partition count of a topic that exists, once the metadata shows it.
+
+    A topic another client has just created can be missing from the broker's metadata for a
+    moment; its count is then not ours to guess (the asked count is not the topic's).
+
+    Raises:
+        ProduceError: The metadata does not show the topic within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while (count := _partition_count(admin, topic, timeout_s)) is None:
+        if time.monotonic() > deadline:
+            raise ProduceError(
+                f"the topic exists, but the cluster's metadata did not show its partitions "
+                f"within {timeout_s:g} s",
+                topic=topic,
+            )
+        time.sleep(0.1)
+    return count
 
 
 def data_topic_config(

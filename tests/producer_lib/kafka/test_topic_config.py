@@ -75,3 +75,26 @@ def test_add_target_creates_change_topics_with_retention_and_changes_them_on_req
         assert _topic_config(kafka_admin, topic) == (str(30 * 24 * 3600 * 1000), "delete")
         with pytest.raises(ValueError, match="cleanup_policy"):
             producer.add_target(topic, "T", KeySchema(schema), schema, cleanup_policy="keep")
+
+
+@pytest.mark.kafka
+def test_a_topic_made_by_another_client_a_moment_before_keeps_its_partition_count(
+    kafka_bootstrap, kafka_admin, request
+):
+    """The broker's metadata may not show a topic created a moment before: its count is awaited.
+
+    Falling back to the count asked (the settings' default, 1) sent every row of a 3-partition
+    topic to partition 0 and refused an explicit partition 1 ("partition out of range").
+    """
+    from confluent_kafka.admin import NewTopic
+
+    from producer_lib.kafka.topics import ensure_topic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # the producer's own client
+    topics = [topic_name(request.node.name, f"{i}{uuid.uuid4().hex[:6]}") for i in range(16)]
+    try:
+        for topic in topics:
+            kafka_admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(15)
+            assert ensure_topic(admin, topic, 1, timeout_s=15) == 3, topic
+    finally:
+        kafka_admin.delete_topics(topics)
