@@ -239,7 +239,7 @@ class TableManager:
         """Create the table of ``schema`` when there is none; an existing one is left as is.
 
         The writer calls it for the schemas it expects while the batch's scan job runs, so
-        the creation (a Delta commit, 0.3-0.4 s) is not on the batch's path; :meth:`ensure`
+        the creation (a Delta commit) is not on the batch's path; :meth:`ensure`
         then finds the table. Returns True when it created the table.
         """
         ref = TableRef.of(schema)
@@ -388,23 +388,10 @@ def _is_delta(spark: SparkSession, path: str) -> bool:
 
 
 def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vectors: bool) -> None:
-    from delta.tables import DeltaTable
-
     from lakehouse_writer.unborn import clear_unborn_log
 
     clear_unborn_log(spark, path)  # a creation killed before its first commit blocks Delta
-    builder = DeltaTable.createIfNotExists(spark).location(path)
-    if schema.doc:
-        builder = builder.comment(schema.doc)
-    for item in schema_fields(schema):
-        builder = builder.addColumn(
-            item.name, item.type.to_spark(), item.nullable, comment=item.doc
-        )
-    for key, value in table_properties(schema, deletion_vectors).items():
-        builder = builder.property(key, value)
-    if schema.cluster_columns:
-        builder = builder.clusterBy(*schema.cluster_columns)
-    builder.execute()
+    spark.sql(create_table_sql(path, schema, deletion_vectors))
     log.info(
         "table created table=%s path=%s keys=%s deletion_vectors=%s cluster_by=%s",
         schema.name,
@@ -412,6 +399,36 @@ def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vector
         list(schema.pks),
         deletion_vectors,
         list(schema.cluster_columns),
+    )
+
+
+def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = True) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` of the table of ``schema`` at ``path``.
+
+    The same commit as Delta's ``DeltaTable.createIfNotExists`` builder (schema, comments,
+    properties, clustering, protocol), without the builder's closing ``DeltaTable.forPath``
+    (docs/PERFORMANCE.md), and clustering columns of any name (the builder cannot parse
+    ``REVENUE$``).
+    """
+    columns = ", ".join(
+        f"{_q(item.name)} {item.type.to_spark()}"
+        + ("" if item.nullable else " NOT NULL")
+        + (f" COMMENT '{_sql_str(item.doc)}'" if item.doc else "")
+        for item in schema_fields(schema)
+    )
+    cluster = (
+        f" CLUSTER BY ({', '.join(_q(c) for c in schema.cluster_columns)})"
+        if schema.cluster_columns
+        else ""
+    )
+    comment = f" COMMENT '{_sql_str(schema.doc)}'" if schema.doc else ""
+    properties = ", ".join(
+        f"'{_sql_str(key)}' = '{_sql_str(value)}'"
+        for key, value in table_properties(schema, deletion_vectors).items()
+    )
+    return (
+        f"CREATE TABLE IF NOT EXISTS delta.{_q(path)} ({columns}) USING delta"
+        f"{cluster}{comment} TBLPROPERTIES ({properties})"
     )
 
 
@@ -550,4 +567,10 @@ def _q(name: str) -> str:
 
 
 def _sql_str(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("'", "\\'")
+    r"""``text`` as the body of a SQL string literal.
+
+    ``$`` goes as the escape ``\u0024``: Spark substitutes ``${...}`` in a statement's text
+    before it parses it, so a comment holding ``${name}`` would be stored with the value of
+    the setting ``name``, or with nothing.
+    """
+    return text.replace("\\", "\\\\").replace("'", "\\'").replace("$", "\\u0024")

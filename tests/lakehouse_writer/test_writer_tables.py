@@ -158,6 +158,76 @@ def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is
     assert not later.ensure(_schema(AvroShort())).created
 
 
+def _version_zero(path: str) -> dict[str, dict]:
+    """The table's first commit by action, without what differs between any two commits."""
+    text = (Path(path) / "_delta_log" / f"{0:020d}.json").read_text()
+    actions = {k: v for line in text.splitlines() for k, v in json.loads(line).items()}
+    for action, varying in (
+        ("metaData", ("id", "createdTime")),
+        ("commitInfo", ("timestamp", "txnId")),
+    ):
+        for key in varying:
+            actions[action].pop(key, None)
+    schema = json.loads(actions["metaData"]["schemaString"])
+    for field in schema["fields"]:  # column mapping's physical names are random: named back
+        physical = field["metadata"].pop("delta.columnMapping.physicalName", None)
+        if physical and "domainMetadata" in actions:
+            domain = actions["domainMetadata"]
+            domain["configuration"] = domain["configuration"].replace(physical, field["name"])
+    actions["metaData"]["schemaString"] = schema
+    return actions
+
+
+def _created_by_delta_s_builder(
+    spark, path: str, schema: ValueSchema, deletion_vectors: bool
+) -> None:
+    """The table as ``DeltaTable.createIfNotExists`` makes it: what the SQL must give."""
+    from delta.tables import DeltaTable
+
+    from lakehouse_writer.tables import schema_fields, table_properties
+
+    builder = DeltaTable.createIfNotExists(spark).location(path).comment(schema.doc)
+    for item in schema_fields(schema):
+        builder = builder.addColumn(
+            item.name, item.type.to_spark(), item.nullable, comment=item.doc
+        )
+    for key, value in table_properties(schema, deletion_vectors).items():
+        builder = builder.property(key, value)
+    if schema.cluster_columns:
+        builder = builder.clusterBy(*schema.cluster_columns)
+    builder.execute()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deletion_vectors", [True, False], ids=["dv", "no-dv"])
+def test_a_table_is_created_as_delta_s_builder_creates_it_and_keeps_dollar_braces(
+    spark, tmp_path, deletion_vectors
+):
+    text = "it's ${spark.sql.shuffle.partitions} and ${no.such.setting}, \\ a\nb é"
+    schema = _schema(extra=True)  # "NEW COL": column mapping on
+    schema.set_table_comment(text)
+    schema.set_column_comment("REVENUE$", text)
+    schema.set_repo_url(f"https://git.example.com/{text}")
+    if deletion_vectors:
+        schema.set_cluster_columns("ID")  # the builder refuses "REVENUE$": see below
+    info = TableManager(spark, str(tmp_path / "sql"), deletion_vectors).ensure(schema)
+    builder_path = str(tmp_path / "builder")
+    _created_by_delta_s_builder(spark, builder_path, schema, deletion_vectors)
+    ours, delta_s = _version_zero(info.path), _version_zero(builder_path)
+    assert ours == delta_s
+    metadata = ours["metaData"]
+    assert metadata["description"] == text  # Spark's ${...} substitution left it alone
+    assert metadata["configuration"]["flow.repo_url"] == f"https://git.example.com/{text}"
+    fields = {f["name"]: f for f in metadata["schemaString"]["fields"]}
+    assert fields["REVENUE$"]["metadata"]["comment"] == text
+    assert ("clustering" in ours["protocol"].get("writerFeatures", [])) == deletion_vectors
+    if deletion_vectors:  # names the builder cannot parse (its clusterBy fails on "$")
+        schema.set_cluster_columns("REVENUE$", "NEW COL")
+        other = TableManager(spark, str(tmp_path / "other")).ensure(schema)
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{other.path}`").collect()[0]
+        assert detail["clusteringColumns"] == ["`REVENUE$`", "`NEW COL`"]  # quoted: not plain
+
+
 def _added_files(path: str) -> list[dict]:
     """The ``add`` actions of the table's log, oldest first."""
     log = sorted((Path(path) / "_delta_log").glob("*.json"))
