@@ -194,6 +194,7 @@ class BatchProcessor:
             self._truncates,
             instance_id,
             self._lake,
+            settings.driver_read_rows,
         )
         self._gate = threading.Lock()
         self._closed = False

@@ -58,6 +58,11 @@ class LakehouseSettings(EnvSettings):
             ``LAKEHOUSE_SMALL_MERGE_ROWS``), and, where its rows allow, decoded there too
             (:mod:`lakehouse_writer.small_tables`); also the most rows the driver holds at
             once for that. 0: never.
+        driver_read_rows: A batch of at most this many messages, none of whose topics has
+            more than ``small_merge_rows``, is read into the driver whole by a Kafka
+            consumer instead of a Spark job (:mod:`lakehouse_writer.driver_read`;
+            ``LAKEHOUSE_DRIVER_READ_ROWS``): what the driver's Python process holds of the
+            batch at once. 0: never.
         deletion_vectors: Create new tables with deletion vectors
             (``LAKEHOUSE_DELETION_VECTORS``, default on): a MERGE or DELETE then marks rows
             deleted instead of rewriting their files. Off for readers that cannot apply them
@@ -91,6 +96,7 @@ class LakehouseSettings(EnvSettings):
         50_000, ge=0, validation_alias="LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS"
     )
     small_merge_rows: int = Field(200_000, ge=0, validation_alias="LAKEHOUSE_SMALL_MERGE_ROWS")
+    driver_read_rows: int = Field(500_000, ge=0, validation_alias="LAKEHOUSE_DRIVER_READ_ROWS")
     deletion_vectors: bool = Field(True, validation_alias="LAKEHOUSE_DELETION_VECTORS")
     schemas_topic: str = Field(
         "_flow_schemas",

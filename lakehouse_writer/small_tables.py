@@ -5,13 +5,14 @@ each of them costs a decode job, a summary job and some twenty analyzed DataFram
 before delta-rs merges its few rows: the plans, not the rows, were the batch's time
 (``docs/PERFORMANCE.md``). :class:`SmallTables` takes such tables off Spark's path:
 
-1. A batch of at most ``max_rows`` messages is read into the driver whole by a Kafka
-   consumer (:meth:`SmallTables.takes_batch`, :class:`~lakehouse_writer.driver_read.DriverRead`,
-   :func:`~lakehouse_writer.scan.collect`; one Spark job should that consumer give up). In a
-   larger batch the scan does not decode the topics with at most ``max_rows`` messages
-   (:meth:`SmallTables.scanned`): their rows stay raw bytes in the cached batch, and one
-   Spark job collects the raw rows of the small tables (:meth:`SmallTables.apply`), or one
-   per run of tables of ``max_rows`` rows together: what the driver holds at once.
+1. A batch of at most ``read_rows`` messages whose topics each have at most ``max_rows`` is
+   read into the driver whole by a Kafka consumer (:meth:`SmallTables.takes_batch`,
+   :class:`~lakehouse_writer.driver_read.DriverRead`, :func:`~lakehouse_writer.scan.collect`;
+   one Spark job should that consumer give up). In another batch the scan does not decode
+   the topics with at most ``max_rows`` messages (:meth:`SmallTables.scanned`): their rows
+   stay raw bytes in the cached batch, and one Spark job collects the raw rows of the small
+   tables (:meth:`SmallTables.apply`), or one per run of tables of ``max_rows`` rows
+   together: what the driver holds at once.
 2. Per table, the values and the keys are decoded, and every key must agree with its value
    (:mod:`lakehouse_writer.keys`): by DuckDB into columns from :data:`COLUMNS_FROM_ROWS` rows
    (:mod:`lakehouse_writer.avro_arrow`), by fastavro a row at a time below that. Either way
@@ -238,6 +239,7 @@ class SmallTables:
         instance_id: The writer instance (Delta's txnAppId).
         lakehouse: The lakehouse root: on a path delta-rs does not write (cloud storage),
             nothing is taken here and the scan decodes as before.
+        read_rows: The most messages of a batch read into the driver whole (0: none).
     """
 
     def __init__(
@@ -249,8 +251,10 @@ class SmallTables:
         truncates: TruncateLog,
         instance_id: str,
         lakehouse: str,
+        read_rows: int,
     ) -> None:
         self._spark = spark
+        self._read_rows = read_rows
         self._small = small
         self._tables = tables
         self._catalog = catalog
@@ -281,16 +285,18 @@ class SmallTables:
         """Whether the batch is small enough to read into the driver whole.
 
         ``ranges``: the batch's offset ranges; ``held``: the ranges of the rows held back
-        before, read again in front. At most :attr:`max_rows` messages in all (transaction
-        markers counted): every table of it is small enough to be applied here.
+        before, read again in front. At most ``read_rows`` messages in all, and at most
+        :attr:`max_rows` in each topic (transaction markers counted): every table of it is
+        small enough to be applied here.
         """
-        if not self.max_rows or ranges is None:
+        if not self.max_rows or not self._read_rows or ranges is None:
             return False
-        spans = [
-            *messages_per_topic(ranges).values(),
-            *(end - first for first, end in held.values()),
-        ]
-        return sum(spans) <= self.max_rows
+        spans = messages_per_topic(ranges)
+        for (topic, _), (first, end) in held.items():  # read again in front of the batch
+            spans[topic] = spans.get(topic, 0) + end - first
+        if not spans:
+            return True
+        return sum(spans.values()) <= self._read_rows and max(spans.values()) <= self.max_rows
 
     def apply(
         self,

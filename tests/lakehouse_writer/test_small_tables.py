@@ -180,6 +180,7 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
 
     def drain(lake: str, small_rows: str, columns_from: int = COLUMNS_FROM_ROWS) -> None:
         monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", small_rows)
+        monkeypatch.setenv("LAKEHOUSE_DRIVER_READ_ROWS", small_rows)  # 12: Spark scans it
         monkeypatch.setattr(small_tables, "COLUMNS_FROM_ROWS", columns_from)
         argv = once_argv(tmp_path / lake, tmp_path / f"{lake}_ckpt", pattern, kafka_bootstrap)
         with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
@@ -348,8 +349,9 @@ def test_the_key_range_is_left_out_when_a_key_is_null():
     assert _key_range(pa.table({"K": pa.array([], pa.int64())}), "K") is None
 
 
-def _lane(max_rows: int, lakehouse: str = "/lake") -> SmallTables:
-    return SmallTables(None, SmallChanges(max_rows), None, None, None, "i", lakehouse)  # type: ignore[arg-type]
+def _lane(max_rows: int, lakehouse: str = "/lake", read_rows: int | None = None) -> SmallTables:
+    read = max_rows if read_rows is None else read_rows
+    return SmallTables(None, SmallChanges(max_rows), None, None, None, "i", lakehouse, read)  # type: ignore[arg-type]
 
 
 def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_takes():
@@ -375,6 +377,12 @@ def test_a_batch_is_read_into_the_driver_whole_only_when_all_it_holds_is_small()
     assert not _lane(100).takes_batch(None, {})  # ranges not known
     assert not _lane(0).takes_batch(ranges, {})  # the driver's path off
     assert not _lane(100, "abfss://lake@account.dfs.core.windows.net/lake").takes_batch(ranges, {})
+    # More messages than a table may have, in topics that each have few enough: read whole
+    # as long as the batch has at most read_rows (LAKEHOUSE_DRIVER_READ_ROWS) messages.
+    assert _lane(90, read_rows=100).takes_batch(ranges, {})  # topic a: 90, b: 10
+    assert not _lane(89, read_rows=1000).takes_batch(ranges, {})  # topic a is a large table
+    assert not _lane(90, read_rows=100).takes_batch(ranges, {("b", 0): (0, 1)})  # 101 in all
+    assert not _lane(90, read_rows=0).takes_batch(ranges, {})  # whole-batch reads off
 
 
 def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
