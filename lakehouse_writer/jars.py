@@ -160,8 +160,13 @@ def default_dir() -> Path:
     explicit = os.environ.get(JARS_DIR_VARIABLE)
     if explicit:
         return Path(explicit)
+    return cache_root() / "spark"
+
+
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME`` (``~/.cache``)/flow-platform/jars: what the writer builds for the JVM."""
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "flow-platform" / "jars" / "spark"
+    return Path(cache) / "flow-platform" / "jars"
 
 
 def pom_xml() -> str:

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from lakehouse_writer.jars import spark_jar_folders
+from lakehouse_writer.jars import cache_root, spark_jar_folders
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,7 @@ def local_fs_settings(settings: Mapping[str, str]) -> dict[str, str]:
     classes = classes_dir()
     if classes is None:
         return {}
-    return settings_for(classes, settings.get(CLASS_PATH_KEY, ""))
-
-
-def settings_for(classes: Path, class_path: str = "") -> dict[str, str]:
-    """The settings naming the classes in ``classes``, after the given ``class_path``."""
+    class_path = settings.get(CLASS_PATH_KEY, "")
     return {
         CLASS_PATH_KEY: os.pathsep.join(e for e in (class_path, str(classes)) if e),
         FILE_SYSTEM_KEY: FILE_SYSTEM_CLASS,
@@ -78,7 +74,9 @@ def classes_dir() -> Path | None:
         )
         return None
     names = "\n".join(p.name for p in hadoop_jars).encode()
-    target = _cache_root() / hashlib.sha256(SOURCE.read_bytes() + names).hexdigest()[:16]
+    target = (
+        cache_root() / "local-fs" / hashlib.sha256(SOURCE.read_bytes() + names).hexdigest()[:16]
+    )
     if (target / "lakehouse").is_dir():
         return target
     try:
@@ -129,9 +127,3 @@ def _javac() -> str | None:
     if home and (Path(home) / "bin" / "javac").is_file():
         return str(Path(home) / "bin" / "javac")
     return shutil.which("javac")
-
-
-def _cache_root() -> Path:
-    """``$XDG_CACHE_HOME`` (``~/.cache``)/flow-platform/jars/local-fs."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "flow-platform" / "jars" / "local-fs"
