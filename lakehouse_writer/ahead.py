@@ -30,6 +30,7 @@ from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import root_cause
 from lakehouse_writer.scan import Expected, ExpectedSchemas
 from lakehouse_writer.tables import TableManager, TableRef, compute_state
+from lakehouse_writer.topics import TopicPattern
 from producer_lib.errors import SchemaError
 from producer_lib.schema.framing import single_object_header
 
@@ -49,7 +50,7 @@ class Ahead:
         catalog: Where the value schemas of the subscribed topics are.
         tables: Creates the tables.
         expected: The schemas the scan expects; seeded here from the catalog.
-        ours: Whether a topic is one the writer reads.
+        ours: Which topics the writer reads.
         create_state: Creates ``_writer_state`` when missing (after the tables).
         secrets: Texts that never appear in a log line.
         warm: Build the state of merged tables between batches (:meth:`warm`); for a
@@ -62,7 +63,7 @@ class Ahead:
         catalog: SchemaCatalog,
         tables: TableManager,
         expected: ExpectedSchemas,
-        ours: Callable[[str], bool],
+        ours: TopicPattern,
         create_state: Callable[[], object],
         secrets: Iterable[str] = (),
         warm: bool = False,
@@ -187,9 +188,10 @@ class Ahead:
         except LakehouseWriterError as exc:  # the batch decodes what it finds all the same
             log.warning("schema catalog not read; nothing expected error=%s", exc)
             return
+        ours = self._ours.select(entry.topic for _, entry in latest if entry.topic)
         candidates = []
         for fingerprint, entry in latest:
-            if not (entry.topic and self._ours(entry.topic)):
+            if entry.topic not in ours:
                 continue
             try:
                 candidates.append((single_object_header(bytes.fromhex(fingerprint)), entry))

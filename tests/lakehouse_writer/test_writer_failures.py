@@ -114,6 +114,11 @@ def test_a_topic_pattern_is_compiled_and_matched_by_java(spark):
         re.compile(regex)  # what the writer used to ask, and then took every topic for its own
     ours = TopicPattern(spark, regex)
     assert ours("orders_eu") and not ours("orders_42") and not ours("x_orders_eu")
+    many = [f"orders_{name}" for name in ("eu", "us", "42", "eu_2")] + ["x_orders_eu"]
+    many += [f"orders_{i}" for i in range(5_000)] + [f"orders_{'ab' * i}" for i in range(1, 200)]
+    assert TopicPattern(spark, regex).select(many) == {t for t in many if ours(t)}
+    assert ours.select(["orders_us", "orders_eu", "orders_eu_2"]) == {"orders_us", "orders_eu"}
+    assert ours.select(["orders_\nx"]) == set()  # not a topic name: still answered
     with pytest.raises(TopicPatternError, match=r"Unclosed character class.*regex='orders_\[eu'"):
         TopicPattern(spark, "orders_[eu")
 
