@@ -25,6 +25,7 @@ widening, turned on at a table's first widening); anything else raises
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -165,6 +166,19 @@ def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
     return ",".join(_q(name) for name in [*eligible[:MAX_STATS_COLUMNS], "__change_time"])
 
 
+@functools.lru_cache(maxsize=1024)
+def spark_type(ddl: str) -> DataType:
+    """The Spark type of the DDL type text ``ddl`` (``decimal(15,2)``), parsed once a process.
+
+    Spark parses DDL in the JVM, three py4j round trips a type: most of the time a writer's
+    start spent checking each existing table's columns against its schema (figures in
+    ``docs/PERFORMANCE.md``). Shared between callers: not to be changed.
+    """
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl)
+
+
 def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict[str, str]:
     """Table properties of a new table: the fixed features plus governance metadata.
 
@@ -172,13 +186,10 @@ def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict
         schema: The table's value schema.
         deletion_vectors: Create the table with deletion vectors.
     """
-    from pyspark.sql.types import _parse_datatype_string
-
     props = dict(BASE_PROPERTIES)
     props[DELETION_VECTORS] = "true" if deletion_vectors else "false"
     props[STATS_COLUMNS_PROPERTY] = stats_columns(
-        (f.name, _parse_datatype_string(f.type.to_spark()).simpleString())
-        for f in schema_fields(schema)
+        (f.name, spark_type(f.type.to_spark()).simpleString()) for f in schema_fields(schema)
     )
     if needs_column_mapping(f.name for f in schema_fields(schema)):
         props.update(COLUMN_MAPPING)
@@ -433,12 +444,10 @@ def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = Tr
 
 
 def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
-    from pyspark.sql.types import _parse_datatype_string
-
     properties, current = table_metadata(spark, path)
     _check_keys(properties, schema, ref)
     by_name = {f.name.casefold(): f for f in current.fields}
-    target = f"delta.`{path.replace('`', '``')}`"
+    target = f"delta.{_q(path)}"
     added = [f.name for f in schema_fields(schema) if f.name.casefold() not in by_name]
     mapped = properties.get(COLUMN_MAPPING_MODE) == COLUMN_MAPPING[COLUMN_MAPPING_MODE]
     if needs_column_mapping(added) and not mapped:
@@ -448,7 +457,7 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
     columns = [(f.name, f.dataType.simpleString()) for f in current.fields]
     for item in schema_fields(schema):
         old = by_name.get(item.name.casefold())
-        new_type = _parse_datatype_string(item.type.to_spark())
+        new_type = spark_type(item.type.to_spark())
         if old is None:
             _add_column(spark, target, item, ref)
             columns.append((item.name, new_type.simpleString()))

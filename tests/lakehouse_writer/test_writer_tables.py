@@ -9,7 +9,7 @@ import pytest
 
 from lakehouse_writer.apply import conform
 from lakehouse_writer.errors import SchemaEvolutionError
-from lakehouse_writer.tables import TableManager, TableRef, path_segment
+from lakehouse_writer.tables import TableManager, TableRef, path_segment, spark_type
 from producer_lib.schema import AvroInt, AvroLong, AvroNVarchar, AvroShort, ValueSchema
 
 pytestmark = pytest.mark.spark
@@ -245,3 +245,12 @@ def test_stats_columns_are_the_first_32_payload_columns_delta_can_skip_on_and_th
     assert (
         stats_columns([("a`b", "int"), ("__source_system", "string")]) == "`a``b`,`__change_time`"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ddl", ["bigint", "decimal(15,2)", "array<struct<`a b`:int,c:string>>"])
+def test_a_column_type_is_parsed_as_spark_parses_it_and_once(spark, ddl):
+    from pyspark.sql.types import _parse_datatype_string
+
+    assert spark_type(ddl) == _parse_datatype_string(ddl)
+    assert spark_type(ddl) is spark_type(ddl)  # from the cache: no JVM call the second time
