@@ -5,7 +5,9 @@ batches of a running writer. :class:`Ahead` uses those moments, on threads of it
 
 - at start-up it reads the schema catalog: the writer schemas the first batch will likely
   hold (:class:`~lakehouse_writer.scan.ExpectedSchemas`), and which of them are the only value
-  schema of their topic and table (:func:`sole_schemas`);
+  schema of their topic and table (:func:`sole_schemas`); and it opens what a first batch
+  would otherwise open on its path (``warm_ups``: DuckDB's Avro reader, the driver's
+  consumer);
 - at start-up and while each batch's scan job runs, it creates the missing tables of those
   schemas (whatever rows of it a batch holds, the table is the one they would create, so a
   table may appear once its schema is registered, before its first rows), then
@@ -55,6 +57,7 @@ class Ahead:
         secrets: Texts that never appear in a log line.
         warm: Build the state of merged tables between batches (:meth:`warm`); for a
             writer that waits for its next trigger, not one that drains and exits.
+        warm_ups: Called once at start-up, before the first batch may start.
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class Ahead:
         create_state: Callable[[], object],
         secrets: Iterable[str] = (),
         warm: bool = False,
+        warm_ups: Iterable[Callable[[], object]] = (),
     ) -> None:
         self._spark = spark
         self._catalog = catalog
@@ -74,6 +78,7 @@ class Ahead:
         self._expected = expected
         self._ours = ours
         self._create_state = create_state
+        self._warm_ups = list(warm_ups)
         self._secrets = list(secrets)
         self._creatable: set[bytes] = set()  # headers whose missing table is made ahead
         self._made: set[bytes] = set()  # headers whose table is known to exist
@@ -150,13 +155,18 @@ class Ahead:
             self._warm.shutdown(wait=False, cancel_futures=True)
 
     def _start_up(self) -> None:
-        """While the query starts: read the catalog, then :meth:`_make`."""
+        """While the query starts: read the catalog, the ``warm_ups``, then :meth:`_make`."""
         try:
             self._expect_from_catalog()
         except Exception as exc:  # noqa: BLE001 - the batch reads it again
             log.warning(
                 "schema catalog not read at start-up error=%s", root_cause(exc, self._secrets)
             )
+        for warm_up in self._warm_ups:
+            try:
+                warm_up()
+            except Exception as exc:  # noqa: BLE001 - the batch opens it again, and reports it
+                log.debug("not opened ahead of the first batch error=%s", exc)
         self._make(self._expected.guess())
 
     def _make(self, expected: list[Expected], scanned: threading.Event | None = None) -> None:

@@ -209,6 +209,7 @@ class BatchProcessor:
             self._store.create,
             self._secrets,
             warm,
+            warm_ups=(self._small_tables.warm_up, self._driver_read.warm_up),
         )
         self._reload = ReloadBet(
             spark,

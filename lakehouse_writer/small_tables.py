@@ -264,6 +264,11 @@ class SmallTables:
         self._parsed: dict[str, Any] = {}  # schema JSON -> fastavro's parsed schema
         self._decoder = ArrowDecoder()
 
+    def warm_up(self) -> None:
+        """Load DuckDB's Avro reader now rather than on the first batch's path."""
+        if self.max_rows:
+            self._decoder.available  # noqa: B018 - opens the connection, loads the extension
+
     @property
     def max_rows(self) -> int:
         """The most rows of one table applied here; 0: none."""
