@@ -6,8 +6,7 @@ batches of a running writer. :class:`Ahead` uses those moments, on threads of it
 - at start-up it reads the schema catalog: the writer schemas the first batch will likely
   hold (:class:`~lakehouse_writer.scan.ExpectedSchemas`), and which of them are the only value
   schema of their topic and table (:func:`sole_schemas`); and it opens what a first batch
-  would otherwise open on its path (``warm_ups``: DuckDB's Avro reader, the driver's
-  consumer);
+  would otherwise open on its path (``warm_ups``: DuckDB's Avro reader);
 - at start-up and while each batch's scan job runs, it creates the missing tables of those
   schemas (whatever rows of it a batch holds, the table is the one they would create, so a
   table may appear once its schema is registered, before its first rows), then

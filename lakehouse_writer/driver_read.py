@@ -27,7 +27,6 @@ Spark's read gives, each partition's rows in offset order.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -69,18 +68,12 @@ class DriverRead:
         self._conf = dict(kafka_conf)
         self._stall_s = stall_s
         self._consumer: Consumer | None = None
-        self._lock = threading.Lock()  # warm_up runs on another thread than the batches
-        self._closed = False
 
     def close(self) -> None:
-        """Close the consumer; none is made after."""
-        with self._lock:
-            self._closed = True
-        self._drop()
-
-    def warm_up(self) -> None:
-        """Make the consumer now (it connects in the background), not on the first batch."""
-        self._open()
+        """Close the consumer."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     def read(self, ranges: OffsetRanges) -> pa.Table | None:
         """The committed rows of ``ranges`` (``[from, until)`` per partition), in Arrow.
@@ -94,7 +87,9 @@ class DriverRead:
             rows = self._read(wanted)
         except (KafkaException, RuntimeError) as exc:  # RuntimeError: the consumer is closed
             log.warning("batch read by Spark instead: the driver's consumer failed: %s", exc)
-            self._drop()  # the next batch starts with a new one
+            with suppress(KafkaException, RuntimeError):
+                self.close()
+            self._consumer = None  # the next batch starts with a new one
             return None
         return None if rows is None else _table(rows)
 
@@ -146,34 +141,21 @@ class DriverRead:
                 return None
         return rows
 
-    def _drop(self) -> None:
-        with self._lock:
-            consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            with suppress(KafkaException, RuntimeError):  # RuntimeError: closed already
-                consumer.close()
-
     def _open(self) -> Consumer:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the driver's consumer is closed")
-            if self._consumer is None:
-                self._consumer = self._new_consumer()
-            return self._consumer
-
-    def _new_consumer(self) -> Consumer:
-        return Consumer(
-            {
-                **self._conf,
-                "group.id": f"lakehouse-writer-batch-{uuid.uuid4()}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "error",  # a range gone from Kafka: said, not skipped
-                "enable.partition.eof": False,
-                "fetch.wait.max.ms": 10,  # as the Kafka source's kafka.fetch.max.wait.ms
-            }
-        )
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    **self._conf,
+                    "group.id": f"lakehouse-writer-batch-{uuid.uuid4()}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "error",  # a range gone from Kafka: said, not skipped
+                    "enable.partition.eof": False,
+                    "fetch.wait.max.ms": 10,  # as the Kafka source's kafka.fetch.max.wait.ms
+                }
+            )
+        return self._consumer
 
 
 class _Rows:

@@ -166,17 +166,3 @@ def test_a_failed_consumer_gives_the_read_up_and_the_next_read_makes_a_new_one(
     assert reader.read({(topic, 0): (0, 2)}) is None  # the batch is read by Spark instead
     again = reader.read({(topic, 0): (0, 2)})
     assert again is not None and again.column("key").to_pylist() == [b"a"]
-
-
-def test_a_consumer_made_ahead_reads_and_none_is_made_once_closed(kafka_bootstrap, new_topic):
-    topic = new_topic()
-    _transaction(kafka_bootstrap, topic, [(0, b"a", b"1")], commit=True)  # offsets 0, 1
-    read = DriverRead({"bootstrap.servers": kafka_bootstrap}, stall_s=2.0)
-    read.warm_up()  # on the writer's start-up thread
-    made = read._consumer
-    assert read.read({(topic, 0): (0, 2)}).column("key").to_pylist() == [b"a"]
-    assert read._consumer is made  # the batch used the consumer made ahead
-    read.close()
-    with pytest.raises(RuntimeError, match="closed"):
-        read.warm_up()  # a start-up thread late after the writer closed makes none
-    assert read.read({(topic, 0): (0, 2)}) is None and read._consumer is None
