@@ -209,8 +209,8 @@ class BatchProcessor:
             self._store.create,
             self._secrets,
             warm,
-            # Not the driver's consumer: one made ahead of its first assign fetched about
-            # 1 s later than one made then (docs/PERFORMANCE.md).
+            # Not the driver's consumer: one made ahead of its first assign fetched later
+            # than one made then (docs/PERFORMANCE.md).
             warm_ups=(self._small_tables.warm_up,),
         )
         self._reload = ReloadBet(

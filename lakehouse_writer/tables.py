@@ -170,9 +170,9 @@ def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
 def spark_type(ddl: str) -> DataType:
     """The Spark type of the DDL type text ``ddl`` (``decimal(15,2)``), parsed once a process.
 
-    Spark parses DDL in the JVM, three py4j round trips a type: most of the time a writer's
-    start spent checking each existing table's columns against its schema (figures in
-    ``docs/PERFORMANCE.md``). Shared between callers: not to be changed.
+    Spark parses DDL in the JVM, three py4j round trips a type: most of what checking an
+    existing table's columns against its schema cost, for every table a writer's run touches
+    (figures in ``docs/PERFORMANCE.md``). Shared between callers: not to be changed.
     """
     from pyspark.sql.types import _parse_datatype_string
 

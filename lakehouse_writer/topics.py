@@ -7,11 +7,11 @@ catalog topic as its own and created empty tables for topics it never read. Here
 pattern is compiled once, through the session's py4j gateway, by the same engine that
 subscribes with it, and every "is this topic ours" is asked of that engine.
 
-Each question is a py4j round trip (about 0.1 ms). A broker shared by many flows has
-thousands of topics in its schema catalog, and a writer starting up asked about each: 7,247
-catalog topics cost a second before the first batch. :meth:`TopicPattern.select` asks about
-many topics in one round trip (Kafka topic names hold no line break, so they travel as one
-text, split and filtered by the JVM).
+Each question is a py4j round trip. A broker shared by many flows has thousands of topics in
+its schema catalog, and a writer starting up asked about each before its first batch
+(figures in ``docs/PERFORMANCE.md``). :meth:`TopicPattern.select` asks about many topics in
+one round trip (Kafka topic names hold no line break, so they travel as one text, split and
+filtered by the JVM).
 """
 
 from __future__ import annotations
