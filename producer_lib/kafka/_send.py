@@ -116,12 +116,15 @@ def encode_batch(
 
 def marked_rows(partitions: np.ndarray) -> list[int]:
     """Rows that are the first or the last of their partition, ascending (one pass each)."""
-    if len(partitions) == 0:
+    rows = len(partitions)
+    if rows == 0:
         return []
-    _, first = np.unique(partitions, return_index=True)
-    _, from_end = np.unique(partitions[::-1], return_index=True)
-    last = len(partitions) - 1 - from_end
-    return sorted({*first.tolist(), *last.tolist()})
+    index = np.arange(rows)
+    first = np.full(int(partitions.max()) + 1, rows)
+    np.minimum.at(first, partitions, index)
+    last = np.full(len(first), -1)
+    np.maximum.at(last, partitions, index)
+    return sorted({*first[first < rows].tolist(), *last[last >= 0].tolist()})
 
 
 class RowRejected(Exception):

@@ -154,6 +154,15 @@ def _check_precision(col: Column, abs_lo: np.ndarray, abs_hi: np.ndarray) -> Non
         raise col.error(f"value {value} does not fit decimal precision {precision}", row)
 
 
+def _longest_bytes(abs_lo: np.ndarray, abs_hi: np.ndarray) -> int:
+    """``bit_length(max |v|) // 8`` (at most 15): how far :func:`decimal_piece` must look."""
+    if len(abs_lo) == 0:
+        return 0
+    high = int(abs_hi.max())
+    bits = 64 + high.bit_length() if high else int(abs_lo.max()).bit_length()
+    return min(15, bits // 8)
+
+
 def decimal_piece(col: Column) -> Piece:
     """Encode Avro ``bytes``/``decimal`` as fastavro does.
 
@@ -166,7 +175,7 @@ def decimal_piece(col: Column) -> Piece:
     abs_hi = np.where(neg, ~hi + (lo == 0).astype(np.uint64), hi)
     _check_precision(col, abs_lo, abs_hi)
     lengths = np.ones(len(lo), dtype=np.int64)
-    for j in range(1, 16):
+    for j in range(1, _longest_bytes(abs_lo, abs_hi) + 1):  # no value needs more
         bit = 8 * j - 1
         if bit < 64:
             lengths += (abs_hi > 0) | (abs_lo >= np.uint64(1 << bit))

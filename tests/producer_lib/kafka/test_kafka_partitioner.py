@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
+from producer_lib.kafka._send import marked_rows
 from producer_lib.kafka.partitioner import murmur2, partitions_for_keys
 
 
@@ -58,3 +59,23 @@ def test_partitions_match_librdkafka_murmur2(kafka_bootstrap, new_topic):
 
 def test_single_partition_is_zero():
     assert partitions_for_keys(*_buffer([b"a", b"bc"]), 1).tolist() == [0, 0]
+
+
+def _first_and_last_by_scan(partitions: list[int]) -> list[int]:
+    first = {p: partitions.index(p) for p in set(partitions)}
+    last = {p: len(partitions) - 1 - partitions[::-1].index(p) for p in set(partitions)}
+    return sorted({*first.values(), *last.values()})
+
+
+@pytest.mark.parametrize(
+    "partitions",
+    [[], [0], [2, 2, 2], [0, 1, 0, 1], [5, 0, 5, 3, 3, 0]],  # partitions without rows too
+)
+def test_marked_rows_are_first_and_last_of_each_partition(partitions):
+    assert marked_rows(np.array(partitions, dtype=np.int64)) == _first_and_last_by_scan(partitions)
+
+
+def test_marked_rows_of_many_random_partitions():
+    rng = np.random.default_rng(3)
+    partitions = rng.integers(0, 40, 5_000)
+    assert marked_rows(partitions) == _first_and_last_by_scan(partitions.tolist())
