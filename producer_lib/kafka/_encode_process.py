@@ -5,8 +5,9 @@ side by side in one process: every numpy call must take the GIL back from the se
 holds it without pause, and waits for the interpreter's switch interval each time. Measured,
 a worker thread bought nothing over encoding in turn (docs/PERFORMANCE.md, "Export to Kafka").
 An :class:`EncoderProcess` has an interpreter of its own (``producer_lib.kafka._encode_worker``):
-the caller's thread reads DuckDB batches, ships each to the process and sends rows; the
-encoded keys, values and partitions come back in order.
+a shipper thread reads DuckDB batches and ships each to the process (both wait mostly
+outside the GIL), the caller's thread takes the encoded keys, values and partitions back in
+order and sends rows.
 
 :class:`ExportEncoding` is the policy of one export: batches are encoded in the caller's
 thread until the export has passed ``after_rows`` rows (most exports are small and never pay
@@ -22,14 +23,13 @@ import atexit
 import logging
 import os
 import pickle
+import queue
 import select
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +153,13 @@ class EncoderProcess:
     ) -> Iterator[EncodedBatch]:
         """The encoded batches of ``batches``, in order; the next ones are encoded meanwhile.
 
-        The caller's thread reads each batch and ships it, at most :data:`AHEAD` batches
-        ahead of the one it sends: no second thread of this process competes for the GIL
-        with the send loop. ``timed`` hears of ``encode_process`` (the worker's seconds,
-        beside the caller's) and ``wait_encode`` (the caller waiting for a batch). Closing
-        the iterator early drains what the worker still answers, so it is ready for the
-        next export.
+        A :class:`_Shipper` thread reads each batch and ships it, at most :data:`AHEAD`
+        batches ahead of the one the caller sends; the caller's thread alone reads the
+        replies. ``timed`` hears of ``encode_process`` (the worker's seconds, beside the
+        caller's), ``wait_read`` (the caller waiting for the shipper: DuckDB is the slower
+        side) and ``wait_encode`` (waiting for the worker's answer). Closing the iterator
+        early stops the shipper and drains what the worker still answers, so it is ready
+        for the next export.
 
         Raises:
             EncodeError: A value does not fit the schema (as the in-thread encoder says it).
@@ -179,41 +180,44 @@ class EncoderProcess:
         )
         if not self.ready():
             raise ProduceError("the encoder process is not ready (wait for ready())")
-        shipped: deque[pa.RecordBatch] = deque()  # shipped, not yet answered (to name rows)
+        shipper = _Shipper(lambda batch: self._ship(request, batch), batches, AHEAD)
         try:
-            for batch in islice(batches, AHEAD):
-                self._ship(request, batch, shipped)
-            while shipped:
+            while (source := self._next_shipped(shipper, timed)) is not None:
                 started = time.monotonic()
                 reply = self._reply()
                 timed("wait_encode", time.monotonic() - started)
-                source = shipped.popleft()
+                shipper.answered()
                 if reply[0] == "error":
                     raise _worker_error(reply, target)
                 _, seconds, key_truncations, value_truncations, layout, frames = reply
                 timed("encode_process", seconds)
                 target.key_encoder.add_truncations(key_truncations)
                 target.value_encoder.add_truncations(value_truncations)
-                for batch in islice(batches, 1):  # the worker encodes it while we send
-                    self._ship(request, batch, shipped)
                 yield _encoded(frames, layout, source)
         finally:
-            while shipped and self.alive:  # drain: every shipped batch is answered
-                shipped.popleft()
+            owed = shipper.stop()
+            while owed and self.alive:  # drain: every shipped batch is answered
+                owed -= 1
                 self._reply()
 
-    def _ship(self, request: bytes, batch: pa.RecordBatch, shipped: deque) -> None:
+    def _next_shipped(self, shipper: _Shipper, timed: Timed) -> pa.RecordBatch | None:
+        """The next batch the shipper has shipped (None after the last), in order."""
+        started = time.monotonic()
+        try:
+            return shipper.next()
+        except BrokenPipeError:
+            self._read()  # names the worker's exit (raises)
+            raise
+        finally:
+            timed("wait_read", time.monotonic() - started)
+
+    def _ship(self, request: bytes, batch: pa.RecordBatch) -> None:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
-        try:
-            write_frame(self._to, request)
-            write_frame(self._to, sink.getvalue())
-            self._to.flush()
-        except BrokenPipeError:
-            self._read()  # names the exit (raises)
-            raise
-        shipped.append(batch)
+        write_frame(self._to, request)
+        write_frame(self._to, sink.getvalue())
+        self._to.flush()
 
     def _reply(self) -> tuple:
         """The worker's next answer: an error, or a batch with its five frames."""
@@ -256,6 +260,74 @@ class EncoderProcess:
 
 
 atexit.register(EncoderProcess.close_shared)
+
+
+class _Shipper:
+    """Reads an export's batches and ships them to the worker, on a thread of its own.
+
+    Reading a DuckDB batch and writing it to the pipe wait mostly outside the GIL, so on
+    this thread they overlap the flow's send loop instead of pausing it. At most ``ahead``
+    batches are shipped and not yet answered (:meth:`answered`). Only the flow's thread
+    reads the worker's replies.
+    """
+
+    _END = object()
+
+    def __init__(
+        self,
+        ship: Callable[[pa.RecordBatch], None],
+        batches: Iterator[pa.RecordBatch],
+        ahead: int,
+    ) -> None:
+        self._ship = ship
+        self._batches = batches
+        self._slots = threading.Semaphore(ahead)
+        self._stopping = threading.Event()
+        self._shipped: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._taken = 0
+        self._put = 0
+        self._thread = threading.Thread(target=self._run, name="encoder-shipper", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._slots.acquire()
+                if self._stopping.is_set():
+                    break
+                batch = next(self._batches, None)
+                if batch is None:
+                    break
+                self._ship(batch)
+                self._put += 1
+                self._shipped.put(batch)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the flow's thread
+            self._shipped.put(exc)
+            return
+        self._shipped.put(self._END)
+
+    def next(self) -> pa.RecordBatch | None:
+        """The next shipped batch, None after the last; raises what reading or shipping raised."""
+        item = self._shipped.get()
+        if item is self._END:
+            self._shipped.put(item)  # asked again, the answer stays the same
+            return None
+        if isinstance(item, BaseException):
+            self._shipped.put(item)
+            raise item
+        self._taken += 1
+        return item  # type: ignore[no-any-return]
+
+    def answered(self) -> None:
+        """The worker answered a shipped batch: there is room for one more."""
+        self._slots.release()
+
+    def stop(self) -> int:
+        """Stop reading; how many shipped batches were never taken (their answers are owed)."""
+        self._stopping.set()
+        self._slots.release()
+        self._thread.join()
+        return self._put - self._taken
 
 
 def _widen(fd: int) -> None:
@@ -303,8 +375,8 @@ class ExportEncoding:
         partition: Explicit partition of every row, or None.
         after_rows: Rows encoded in the caller's thread before the process is used; None
             never uses it.
-        timed: Hears of ``encode`` (in the caller's thread), ``encode_process`` and
-            ``wait_encode`` (seconds; see :meth:`EncoderProcess.encode`).
+        timed: Hears of ``encode`` (in the caller's thread), ``encode_process``,
+            ``wait_read`` and ``wait_encode`` (seconds; see :meth:`EncoderProcess.encode`).
     """
 
     def __init__(

@@ -398,7 +398,7 @@ def test_truncate_then_replace_of_a_keyed_table_as_in_design(kafka_bootstrap, ne
     ("encoding", "expected"),
     [
         ("thread", {"check_keys", "encode", "send"}),
-        ("process", {"check_keys", "encode_process", "wait_encode", "send"}),
+        ("process", {"check_keys", "encode_process", "wait_read", "wait_encode", "send"}),
     ],
 )
 def test_the_export_log_splits_its_time_by_step(
