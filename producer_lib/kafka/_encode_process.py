@@ -284,8 +284,6 @@ class _Shipper:
         self._slots = threading.Semaphore(ahead)
         self._stopping = threading.Event()
         self._shipped: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._taken = 0
-        self._put = 0
         self._thread = threading.Thread(target=self._run, name="encoder-shipper", daemon=True)
         self._thread.start()
 
@@ -299,7 +297,6 @@ class _Shipper:
                 if batch is None:
                     break
                 self._ship(batch)
-                self._put += 1
                 self._shipped.put(batch)
         except BaseException as exc:  # noqa: BLE001 - raised again in the flow's thread
             self._shipped.put(exc)
@@ -315,7 +312,6 @@ class _Shipper:
         if isinstance(item, BaseException):
             self._shipped.put(item)
             raise item
-        self._taken += 1
         return item  # type: ignore[no-any-return]
 
     def answered(self) -> None:
@@ -327,7 +323,11 @@ class _Shipper:
         self._stopping.set()
         self._slots.release()
         self._thread.join()
-        return self._put - self._taken
+        owed = 0
+        while not self._shipped.empty():
+            item = self._shipped.get_nowait()
+            owed += not (item is self._END or isinstance(item, BaseException))
+        return owed
 
 
 def _widen(fd: int) -> None:
