@@ -30,7 +30,7 @@ from lakehouse_writer import txn
 from lakehouse_writer.ahead import Ahead
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
-from lakehouse_writer.checkpoint_guard import check_checkpoint
+from lakehouse_writer.checkpoint_guard import check_checkpoint, check_lakehouse
 from lakehouse_writer.commits import (
     COMMIT_ROW_SCHEMA,
     BadCommitRecord,
@@ -632,6 +632,9 @@ def start(
             lambda topic: topic not in system and ours(topic),
         )
     processor = BatchProcessor(spark, settings, instance, warm=not once, ours=ours)
+    if not fresh:  # a used checkpoint: the lakehouse must hold what it applied
+        last = processor.state.last_batch
+        check_lakehouse(spark, settings.lakehouse_path, settings.checkpoint_path, instance, last)
     writer = (
         spark.readStream.format("kafka")
         .options(**options)

@@ -22,7 +22,9 @@ __all__ = [
     "DELTA_LOG",
     "find_tables",
     "first_log_version",
+    "directory_problem",
     "is_table",
+    "list_names",
     "stored_files",
     "table_path",
 ]
@@ -75,7 +77,7 @@ def last_log_version(spark: SparkSession, path: str) -> int:
 
 
 def _log_versions(spark: SparkSession, path: str) -> list[int]:
-    names = _names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
+    names = list_names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
     return [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
 
 
@@ -96,16 +98,33 @@ def stored_files(spark: SparkSession, path: str) -> int:
     return count
 
 
+def directory_problem(spark: SparkSession | None, path: str) -> str | None:
+    """Why ``path`` is no directory to look for tables in; None when it is one.
+
+    ``spark`` opens a Hadoop URI; a local path needs none.
+    """
+    if is_local(path):
+        folder = local_path(path)
+        if folder.is_dir():
+            return None
+        return "is a file, not a directory" if folder.exists() else "does not exist"
+    assert spark is not None, "a Hadoop URI needs a session"
+    fs, fs_path = _hadoop(spark, path)
+    if not fs.exists(fs_path):
+        return "does not exist"
+    return None if fs.getFileStatus(fs_path).isDirectory() else "is a file, not a directory"
+
+
 def is_table(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds a Delta table (a ``_delta_log`` folder)."""
-    return DELTA_LOG in _names(spark, path, dirs=True)
+    return DELTA_LOG in list_names(spark, path, dirs=True)
 
 
 def _subdirs(spark: SparkSession, path: str) -> list[str]:
-    return sorted(n for n in _names(spark, path, dirs=True) if n != DELTA_LOG)
+    return sorted(n for n in list_names(spark, path, dirs=True) if n != DELTA_LOG)
 
 
-def _names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
+def list_names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
     """Names of the directories (``dirs``) or files directly in ``path`` ([] if none)."""
     if is_local(path):
         folder = local_path(path)

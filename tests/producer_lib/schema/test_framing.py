@@ -88,7 +88,10 @@ def test_fingerprint_tells_apart_schemas_that_decode_or_key_differently(other: d
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ({"type": "long", "logicalType": "timestamp-millis"}, {"type": "long", "logicalType": "timestamp-micros"}),
+        (
+            {"type": "long", "logicalType": "timestamp-millis"},
+            {"type": "long", "logicalType": "timestamp-micros"},
+        ),
         ({"type": "int"}, {"type": "int", "logicalType": "date"}),
     ],
     ids=["timestamp-millis-to-micros", "int-to-date"],
