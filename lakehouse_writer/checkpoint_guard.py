@@ -14,12 +14,17 @@ instance applied a topic this writer reads (:func:`check_checkpoint`). Writers o
 topics may share one lakehouse; two writers on the same topic may not. To go on: restore the
 checkpoint of that instance, or write to a new lakehouse path.
 
-The reverse stops it too (:func:`check_lakehouse`): a checkpoint whose batches Spark has
-committed, pointed at a lakehouse whose ``_writer_state`` holds no row of its instance (a new
-or emptied lakehouse, or a wrong path). Started, it would read on from the checkpoint's
-offsets and create the tables without every row those batches read. Every batch leaves a
-row in ``_writer_state`` (:meth:`~lakehouse_writer.state.BatchChanges.rows`), so an instance
-without one has applied nothing there.
+Two writers started at once on one new checkpoint race to create Spark's ``metadata`` file in
+it; the loser stops with :class:`CheckpointInUse` (:func:`concurrent_start`), not with the
+file system's ``FileAlreadyExistsException``, and leaves the winner's status file alone.
+
+The reverse of a lost checkpoint stops a start too (:func:`check_lakehouse`): a checkpoint
+whose batches Spark has committed, pointed at a lakehouse whose ``_writer_state`` holds no
+row of its instance (a new or emptied lakehouse, or a wrong path). Started, it would read on
+from the checkpoint's offsets and create the tables without every row those batches read.
+Every batch leaves a row in ``_writer_state``
+(:meth:`~lakehouse_writer.state.BatchChanges.rows`), so an instance without one has applied
+nothing there.
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "CheckpointInUse",
     "CheckpointMismatch",
     "ForeignProgress",
     "check_checkpoint",
     "check_lakehouse",
     "committed_batches",
+    "concurrent_start",
     "foreign_progress",
 ]
 
@@ -56,6 +63,26 @@ class CheckpointMismatch(LakehouseWriterError):
     The lakehouse holds progress of another writer instance on topics this one reads, or the
     checkpoint has applied batches to a lakehouse that holds none of them.
     """
+
+
+class CheckpointInUse(CheckpointMismatch):
+    """Another writer started with the same new checkpoint at the same moment, and won."""
+
+
+def concurrent_start(cause: str, checkpoint: str) -> CheckpointInUse | None:
+    """The error for a query start that lost the race for the checkpoint; else None.
+
+    Args:
+        cause: The root cause of the failed start (``ClassName: message``).
+        checkpoint: The checkpoint directory.
+    """
+    if not cause.startswith("FileAlreadyExistsException") or "/metadata" not in cause:
+        return None
+    return CheckpointInUse(
+        f"another writer started with the checkpoint {checkpoint} at the same moment and "
+        "created its metadata first: run one writer per checkpoint. This one stopped before "
+        f"reading a row ({cause})"
+    )
 
 
 @dataclass(frozen=True)
