@@ -114,7 +114,7 @@ class DuckDBReader(SourceAdapter):
                 )
             dataset = table.to_pyarrow_dataset()
         except (TableNotFoundError, OSError) as exc:
-            raise SourceError("Cannot read the Delta table", path=path) from exc
+            raise SourceError(f"Cannot read the Delta table: {exc}", path=path) from exc
         view = f"__delta_{next(_views)}"
         self.connection.register(view, dataset)
         self._delta_views.append(view)
