@@ -4,8 +4,9 @@
 tables stopped for its writer instance in ``_writer_state`` (:mod:`lakehouse_writer.stopped`;
 the status file's own list when the lakehouse has no state yet), and exits 0 when the writer
 is healthy, 1 when it failed, went silent while ``running``, or a table is stopped, 3 when
-there is no status yet. ``resume-table`` resumes a stopped table (exit 0) or says why not
-(exit 1). Local paths need no JVM; a Hadoop URI starts a Spark session first.
+there is no status yet, 4 when the status file is there but unreadable. ``resume-table``
+resumes a stopped table (exit 0) or says why not (exit 1). Local paths need no JVM; a Hadoop
+URI starts a Spark session first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.status import HEARTBEAT_S, STATUS_FILE, read_status, status_age_s
+from lakehouse_writer.status import (
+    HEARTBEAT_S,
+    STATUS_FILE,
+    StatusUnreadable,
+    read_status,
+    status_age_s,
+)
 from lakehouse_writer.stopped import StateTable, instance_of, resume_table
 from lakehouse_writer.storage import is_local
 from lakehouse_writer.watch import WatchSettings, monitor_group_of
@@ -28,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StatusReport", "read_report", "resume_command", "status_command"]
 
-EXIT_OK, EXIT_UNHEALTHY, EXIT_NO_STATUS = 0, 1, 3
+EXIT_OK, EXIT_UNHEALTHY, EXIT_NO_STATUS, EXIT_UNREADABLE = 0, 1, 3, 4
 _SILENT_S = 3 * HEARTBEAT_S  # a running writer writes its status at least every HEARTBEAT_S
 
 
@@ -45,6 +52,7 @@ class StatusReport:
         monitor_group: The monitoring consumer group (None: turned off or unknown).
         silent_s: Seconds since a ``running`` status was written, when past the heartbeat.
         problems: Why the writer is not healthy (empty: it is).
+        unreadable: Why the status file could not be read (None: it could, or is absent).
     """
 
     checkpoint: str
@@ -55,10 +63,13 @@ class StatusReport:
     monitor_group: str | None = None
     silent_s: float | None = None
     problems: list[str] = field(default_factory=list)
+    unreadable: str | None = None
 
     @property
     def exit_code(self) -> int:
-        """0 healthy, 1 failed/silent/a table stopped, 3 no status yet."""
+        """0 healthy, 1 failed/silent/a table stopped, 3 no status yet, 4 unreadable."""
+        if self.unreadable is not None:
+            return EXIT_UNREADABLE
         if self.problems:
             return EXIT_UNHEALTHY
         return EXIT_NO_STATUS if self.status is None else EXIT_OK
@@ -67,8 +78,12 @@ class StatusReport:
 def read_report(settings: LakehouseSettings, spark: SparkSession | None = None) -> StatusReport:
     """The status of the writer of ``settings.checkpoint_path`` (read only)."""
     checkpoint = settings.checkpoint_path
-    status = read_status(checkpoint, spark)
+    try:
+        status, unreadable = read_status(checkpoint, spark), None
+    except StatusUnreadable as exc:
+        status, unreadable = None, str(exc)
     report = StatusReport(checkpoint, status, instance=instance_of(checkpoint, spark))
+    report.unreadable = unreadable
     state = StateTable(settings.lakehouse_path, spark)
     if report.instance is not None and state.exists():
         stopped = [s for s in state.stopped() if s.instance == report.instance]
@@ -100,6 +115,8 @@ def _judge(report: StatusReport) -> None:
 def render_text(report: StatusReport) -> str:
     """The report for a terminal."""
     status = report.status
+    if report.unreadable is not None:
+        return f"status unreadable: {report.unreadable}"
     if status is None:
         return (
             f"no status yet: {report.checkpoint}/{STATUS_FILE} does not exist (the writer "

@@ -503,9 +503,11 @@ def conform(rows: DataFrame, table: TableInfo, extra: tuple[str, ...] = ()) -> D
     """Select the table's columns, cast to the table's types (null for absent ones)."""
     from pyspark.sql import functions as F
 
-    present = set(rows.columns)
+    present = {name.casefold(): name for name in rows.columns}  # Delta's names: any case
     columns = [
-        (F.col(_q(name)) if name in present else F.lit(None)).cast(dtype).alias(name)
+        (F.col(_q(present[name.casefold()])) if name.casefold() in present else F.lit(None))
+        .cast(dtype)
+        .alias(name)
         for name, dtype in table.columns.items()
     ]
     return rows.select(*columns, *[F.col(c) for c in extra])

@@ -13,6 +13,18 @@ So the writer stops, before its query starts, when ``_writer_state`` shows that 
 instance applied a topic this writer reads (:func:`check_checkpoint`). Writers on disjoint
 topics may share one lakehouse; two writers on the same topic may not. To go on: restore the
 checkpoint of that instance, or write to a new lakehouse path.
+
+Two writers started at once on one new checkpoint race to create Spark's ``metadata`` file in
+it; the loser stops with :class:`CheckpointInUse` (:func:`concurrent_start`), not with the
+file system's ``FileAlreadyExistsException``, and leaves the winner's status file alone.
+
+The reverse of a lost checkpoint stops a start too (:func:`check_lakehouse`): a checkpoint
+whose batches Spark has committed, pointed at a lakehouse whose ``_writer_state`` holds no
+row of its instance (a new or emptied lakehouse, or a wrong path). Started, it would read on
+from the checkpoint's offsets and create the tables without every row those batches read.
+Every batch leaves a row in ``_writer_state``
+(:meth:`~lakehouse_writer.state.BatchChanges.rows`), so an instance without one has applied
+nothing there.
 """
 
 from __future__ import annotations
@@ -23,11 +35,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.lakehouse_files import list_names
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["CheckpointMismatch", "ForeignProgress", "check_checkpoint", "foreign_progress"]
+__all__ = [
+    "CheckpointInUse",
+    "CheckpointMismatch",
+    "ForeignProgress",
+    "check_checkpoint",
+    "check_lakehouse",
+    "committed_batches",
+    "concurrent_start",
+    "foreign_progress",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +58,31 @@ _SHOWN = 2  # topic partitions named in the message
 
 
 class CheckpointMismatch(LakehouseWriterError):
-    """The lakehouse holds progress of another writer instance on topics this one reads."""
+    """The checkpoint and the lakehouse do not belong together; nothing was read or written.
+
+    The lakehouse holds progress of another writer instance on topics this one reads, or the
+    checkpoint has applied batches to a lakehouse that holds none of them.
+    """
+
+
+class CheckpointInUse(CheckpointMismatch):
+    """Another writer started with the same new checkpoint at the same moment, and won."""
+
+
+def concurrent_start(cause: str, checkpoint: str) -> CheckpointInUse | None:
+    """The error for a query start that lost the race for the checkpoint; else None.
+
+    Args:
+        cause: The root cause of the failed start (``ClassName: message``).
+        checkpoint: The checkpoint directory.
+    """
+    if not cause.startswith("FileAlreadyExistsException") or "/metadata" not in cause:
+        return None
+    return CheckpointInUse(
+        f"another writer started with the checkpoint {checkpoint} at the same moment and "
+        "created its metadata first: run one writer per checkpoint. This one stopped before "
+        f"reading a row ({cause})"
+    )
 
 
 @dataclass(frozen=True)
@@ -118,6 +164,42 @@ def check_checkpoint(
         "but the checkpoint is not that instance's: starting would apply those rows twice, so "
         "nothing was read or written. Restore that instance's checkpoint, or use a new "
         f"lakehouse path (checkpoint {checkpoint}, lakehouse {lakehouse})"
+    )
+
+
+def committed_batches(spark: SparkSession, checkpoint: str) -> int:
+    """How many micro-batches Spark recorded as done in the checkpoint (``commits/<id>``)."""
+    names = list_names(spark, f"{checkpoint.rstrip('/')}/commits", dirs=False)
+    return sum(1 for name in names if name.isdigit())
+
+
+def check_lakehouse(
+    spark: SparkSession, lakehouse: str, checkpoint: str, instance: str, last_batch: int
+) -> None:
+    """Raise when the checkpoint applied batches the lakehouse holds nothing of.
+
+    Args:
+        spark: The session.
+        lakehouse: The lakehouse root.
+        checkpoint: The checkpoint directory (Spark used it before).
+        instance: The checkpoint's writer instance id.
+        last_batch: The instance's last batch in the lakehouse's ``_writer_state`` (-1: none).
+
+    Raises:
+        CheckpointMismatch: Names both paths, the instance and what to do.
+    """
+    if last_batch >= 0:
+        return
+    batches = committed_batches(spark, checkpoint)
+    if not batches:
+        return
+    raise CheckpointMismatch(  # the first 400 characters reach the status file
+        f"the checkpoint {checkpoint} has applied {batches} batch(es), but the lakehouse "
+        f"{lakehouse} holds no progress of its writer instance {instance}: started, the "
+        "writer would go on from the checkpoint's offsets and the tables would miss every row "
+        "those batches read, so nothing was read or written. Point --lakehouse at the "
+        "lakehouse this checkpoint wrote to; or, to load this lakehouse from Kafka, use a new "
+        "checkpoint (the topics must still hold every row)"
     )
 
 

@@ -1,8 +1,10 @@
 """Errors raised by the lakehouse writer.
 
 One tree: :class:`LakehouseWriterError` → :class:`DecodeError` (bytes that are no change row),
-:class:`ApplyError` (a row that cannot be applied to its table), :class:`SchemaEvolutionError`
-(a schema change the Delta table cannot take), :class:`TopicPatternError` (a topics regex Java
+:class:`ApplyError` (a row that cannot be applied to its table), :class:`TableError` (what
+one table cannot take: that table stops, the others go on) → :class:`SchemaEvolutionError` (a
+schema change the Delta table cannot take) and :class:`TableNameError` (a name the lakehouse
+cannot hold), :class:`TopicPatternError` (a topics regex Java
 refuses), :class:`KafkaUnreachable` (no cluster within the connect timeout),
 :class:`KafkaRefused` (the cluster refused the writer: authentication, TLS, protocol; not
 transient) and
@@ -22,6 +24,8 @@ __all__ = [
     "KafkaUnreachable",
     "LakehouseWriterError",
     "SchemaEvolutionError",
+    "TableError",
+    "TableNameError",
     "TopicPatternError",
     "Transient",
     "WriterFailed",
@@ -45,8 +49,24 @@ class ApplyError(LakehouseWriterError):
     """A decoded row cannot be applied to its table (e.g. a delete on an append-only table)."""
 
 
-class SchemaEvolutionError(LakehouseWriterError):
+class TableError(LakehouseWriterError):
+    """What one table cannot take; that table is stopped, the other tables go on.
+
+    A stopped table stays stopped across restarts until ``lakehouse-writer resume-table``.
+    """
+
+
+class SchemaEvolutionError(TableError):
     """A table's new schema is incompatible with the Delta table; that table is stopped."""
+
+
+class TableNameError(TableError):
+    """The lakehouse cannot hold a table of this name; that table is stopped.
+
+    A reserved namespace, a dot in the table name, or a name too long for a path segment
+    (:func:`producer_lib.schema.names.table_name_problem`); the producer refuses such names,
+    so rows reach the writer only from an older producer or another one.
+    """
 
 
 class TopicPatternError(LakehouseWriterError):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SecretStr
 
+from lakehouse_writer.checkpoint_guard import CheckpointInUse
 from lakehouse_writer.data_loss import data_gap_cause
 from lakehouse_writer.errors import LakehouseWriterError, WriterFailed
 from lakehouse_writer.status import BatchStats, write_status
@@ -95,6 +96,9 @@ def report_failure(
     gap = data_gap_cause(failure.trace, settings.kafka_client_conf())
     if gap is not None:  # Spark names only the consumer's OffsetOutOfRangeException
         failure = replace(failure, cause=gap)
+    if any(isinstance(e, CheckpointInUse) for e in (exc, exc.__cause__)):  # the other's status
+        log.error("writer failed: %s", failure.cause)
+        return WriterFailed(failure.cause)
     trace = record_failure(settings.checkpoint_path, stats or BatchStats(), failure)
     error = WriterFailed(failure.cause, trace=trace or None)
     log.debug("writer failed; trace:\n%s", failure.trace)

@@ -30,7 +30,11 @@ from lakehouse_writer import txn
 from lakehouse_writer.ahead import Ahead
 from lakehouse_writer.apply import ApplyResult, apply_batch
 from lakehouse_writer.catalog import SchemaCatalog
-from lakehouse_writer.checkpoint_guard import check_checkpoint
+from lakehouse_writer.checkpoint_guard import (
+    check_checkpoint,
+    check_lakehouse,
+    concurrent_start,
+)
 from lakehouse_writer.commits import (
     COMMIT_ROW_SCHEMA,
     BadCommitRecord,
@@ -41,7 +45,7 @@ from lakehouse_writer.commits import (
 from lakehouse_writer.conflicts import retry_on_conflict
 from lakehouse_writer.driver_read import DriverRead
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.failure import Failure, report_failure, secrets_of
+from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
 from lakehouse_writer.holdback import Holdback
 from lakehouse_writer.parallel import Outcome, TableApplier, on_session, workers_from_env
 from lakehouse_writer.probe import connect_timeout, probe_kafka
@@ -607,6 +611,8 @@ def start(
     Raises:
         TopicPatternError: Java refuses the topics regex (checked first).
         KafkaUnreachable: Kafka did not answer within ``connect_timeout_s``.
+        CheckpointMismatch: The checkpoint and the lakehouse do not belong together, or
+            another writer started with the same new checkpoint (:class:`CheckpointInUse`).
     """
     require_classic(spark)
     ours = TopicPattern(spark, settings.topics_regex)
@@ -632,6 +638,9 @@ def start(
             lambda topic: topic not in system and ours(topic),
         )
     processor = BatchProcessor(spark, settings, instance, warm=not once, ours=ours)
+    if not fresh:  # a used checkpoint: the lakehouse must hold what it applied
+        last = processor.state.last_batch
+        check_lakehouse(spark, settings.lakehouse_path, settings.checkpoint_path, instance, last)
     writer = (
         spark.readStream.format("kafka")
         .options(**options)
@@ -653,8 +662,11 @@ def start(
     )
     try:
         return writer.start(), processor
-    except BaseException:
+    except BaseException as exc:
         processor.close()
+        lost = concurrent_start(root_cause(exc), settings.checkpoint_path)
+        if lost is not None:
+            raise lost from exc
         raise
 
 

@@ -4,7 +4,7 @@ A local path is read with :mod:`os`; any other scheme (``abfss://``, ``s3a://``,
 through Hadoop's ``FileSystem`` of the session, so maintenance lists what the writer wrote
 wherever it wrote it. Tables sit at ``<lakehouse>/<namespace>/<name>`` and system tables at
 ``<lakehouse>/_name``; path segments are escaped by
-:func:`lakehouse_writer.tables.path_segment`.
+:func:`producer_lib.schema.names.path_segment`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.storage import is_local, local_path
-from lakehouse_writer.tables import path_segment
+from producer_lib.schema.names import path_segment, unescape_segment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -22,7 +22,9 @@ __all__ = [
     "DELTA_LOG",
     "find_tables",
     "first_log_version",
+    "directory_problem",
     "is_table",
+    "list_names",
     "stored_files",
     "table_path",
 ]
@@ -40,12 +42,12 @@ def find_tables(spark: SparkSession, lakehouse: str) -> list[tuple[str, str]]:
     for top in _subdirs(spark, lakehouse):
         top_path = f"{lakehouse.rstrip('/')}/{top}"
         if is_table(spark, top_path):
-            found.append((_unescape(top), top_path))
+            found.append((unescape_segment(top), top_path))
             continue
         for name in _subdirs(spark, top_path):
             path = f"{top_path}/{name}"
             if is_table(spark, path):
-                found.append((f"{_unescape(top)}.{_unescape(name)}", path))
+                found.append((f"{unescape_segment(top)}.{unescape_segment(name)}", path))
     return sorted(found)
 
 
@@ -75,7 +77,7 @@ def last_log_version(spark: SparkSession, path: str) -> int:
 
 
 def _log_versions(spark: SparkSession, path: str) -> list[int]:
-    names = _names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
+    names = list_names(spark, f"{path.rstrip('/')}/{DELTA_LOG}", dirs=False)
     return [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
 
 
@@ -96,16 +98,33 @@ def stored_files(spark: SparkSession, path: str) -> int:
     return count
 
 
+def directory_problem(spark: SparkSession | None, path: str) -> str | None:
+    """Why ``path`` is no directory to look for tables in; None when it is one.
+
+    ``spark`` opens a Hadoop URI; a local path needs none.
+    """
+    if is_local(path):
+        folder = local_path(path)
+        if folder.is_dir():
+            return None
+        return "is a file, not a directory" if folder.exists() else "does not exist"
+    assert spark is not None, "a Hadoop URI needs a session"
+    fs, fs_path = _hadoop(spark, path)
+    if not fs.exists(fs_path):
+        return "does not exist"
+    return None if fs.getFileStatus(fs_path).isDirectory() else "is a file, not a directory"
+
+
 def is_table(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds a Delta table (a ``_delta_log`` folder)."""
-    return DELTA_LOG in _names(spark, path, dirs=True)
+    return DELTA_LOG in list_names(spark, path, dirs=True)
 
 
 def _subdirs(spark: SparkSession, path: str) -> list[str]:
-    return sorted(n for n in _names(spark, path, dirs=True) if n != DELTA_LOG)
+    return sorted(n for n in list_names(spark, path, dirs=True) if n != DELTA_LOG)
 
 
-def _names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
+def list_names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
     """Names of the directories (``dirs``) or files directly in ``path`` ([] if none)."""
     if is_local(path):
         folder = local_path(path)
@@ -123,20 +142,3 @@ def _hadoop(spark: SparkSession, path: str) -> tuple[Any, Any]:
     jvm: Any = spark._jvm  # None only on Spark Connect, which the writer refuses
     fs_path = jvm.org.apache.hadoop.fs.Path(path)
     return fs_path.getFileSystem(spark._jsc.hadoopConfiguration()), fs_path  # type: ignore[attr-defined]
-
-
-def _unescape(segment: str) -> str:
-    """The inverse of :func:`lakehouse_writer.tables.path_segment` (``~2F`` -> ``/``)."""
-    out, i = [], 0
-    while i < len(segment):
-        if segment[i] == "~" and _is_hex(segment[i + 1 : i + 3]):
-            out.append(chr(int(segment[i + 1 : i + 3], 16)))
-            i += 3
-        else:
-            out.append(segment[i])
-            i += 1
-    return "".join(out)
-
-
-def _is_hex(text: str) -> bool:
-    return len(text) == 2 and all(c in "0123456789ABCDEFabcdef" for c in text)

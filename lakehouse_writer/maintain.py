@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.lakehouse_files import (
+    directory_problem,
     find_tables,
     first_log_version,
     is_table,
@@ -39,6 +40,7 @@ from lakehouse_writer.lakehouse_files import (
     table_path,
 )
 from lakehouse_writer.retention import MaintainSettings, TablePlan, plan_table
+from lakehouse_writer.storage import is_local
 from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, jvm_delta_log
 
 if TYPE_CHECKING:
@@ -323,9 +325,18 @@ def maintain_command(
     dry_run: bool,
     out: Callable[[str], None] = print,
 ) -> int:
-    """``lakehouse-writer maintain``: a pass, a line per table; returns the exit code."""
+    """``lakehouse-writer maintain``: a pass, a line per table; returns the exit code.
+
+    Raises:
+        MaintenanceError: ``lakehouse`` is no directory (a typo in a scheduled job must not
+            look like a pass over no tables).
+    """
     settings = MaintainSettings.from_env()
-    spark = spark_factory()
+    spark = None if is_local(lakehouse) else spark_factory()  # a typo costs no JVM start
+    problem = directory_problem(spark, lakehouse)
+    if problem is not None:
+        raise MaintenanceError(f"the lakehouse {problem}; nothing maintained", lakehouse=lakehouse)
+    spark = spark or spark_factory()
     started = time.monotonic()
     reports = maintain_tables(spark, lakehouse, tables, settings, None, dry_run)
     for report in reports:

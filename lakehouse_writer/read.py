@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakehouse_writer.catalog import CatalogEntry, SchemaCatalog
-from lakehouse_writer.errors import LakehouseWriterError, SchemaEvolutionError
+from lakehouse_writer.errors import LakehouseWriterError, TableError
 from lakehouse_writer.framing import HEADER, avro_struct, body_column, header_length, header_tag
 from lakehouse_writer.keys import KeySchemaRef, candidates, with_key_check
 from lakehouse_writer.summary import RowSummary, summary_aggregates
@@ -257,13 +257,13 @@ def _decode_one(
         parsed = parse_rows(rows, tag, entry.schema_json, schema, keys).persist()
         out.cached.append(parsed)
         summary, failures = _summarize(parsed, schema, info)  # decodes (and caches) the rows
-    decoded, failed = split_parsed(parsed, schema)
+    decoded, failed = split_parsed(parsed, schema, info)
     if failures and scanned is not None and scanned.by_scan:
         again = parse_rows(failed, tag, entry.schema_json, schema, keys).persist()
         out.cached.append(again)
         more, failures = _summarize(again, schema, info)
         summary = summary.merge(more)
-        decoded_again, failed = split_parsed(again, schema)
+        decoded_again, failed = split_parsed(again, schema, info)
         decoded = decoded.unionByName(decoded_again)
     if failures:
         out.rejected.append(rejected_rows(failed, _failure_reason(failed, tag), ref.qualified))
@@ -307,13 +307,13 @@ def _stop(
     stopped: dict[str, str],
     out: DecodedBatch,
 ) -> None:
-    """Reject ``rows``; a schema evolution error also stops the table.
+    """Reject ``rows``; a :class:`~lakehouse_writer.errors.TableError` also stops the table.
 
     A stopped table's rows decoded earlier in this batch are rejected too: none are applied.
     """
     out.errors[ref.qualified] = str(exc)
     out.rejected.append(rejected_rows(rows, str(exc), ref.qualified))
-    if not isinstance(exc, SchemaEvolutionError):
+    if not isinstance(exc, TableError):
         log.error("rows rejected table=%s error=%s", ref.qualified, exc)
         return
     log.error("table stopped table=%s error=%s", ref.qualified, exc)
@@ -361,12 +361,19 @@ def _failure_reason(failed: DataFrame, tag: str) -> Column | str:
     return F.coalesce(F.col(KEY_PROBLEM), F.lit(body))
 
 
-def split_parsed(parsed: DataFrame, schema: ValueSchema) -> tuple[DataFrame, DataFrame]:
-    """(decoded rows by original names, rows whose bytes did not decode) of ``parse_rows``."""
+def split_parsed(
+    parsed: DataFrame, schema: ValueSchema, info: TableInfo | None = None
+) -> tuple[DataFrame, DataFrame]:
+    """(decoded rows by original names, rows whose bytes did not decode) of ``parse_rows``.
+
+    With ``info`` (the table the rows land in) a column is named as the table spells it
+    (:meth:`~lakehouse_writer.tables.TableInfo.column`), whatever case the schema uses.
+    """
     from pyspark.sql import functions as F
 
+    name = info.column if info is not None else str
     ok = F.col("__r").isNotNull() & F.col("__r.__change_type").isNotNull()
-    payload = [F.col(f"__r.`{f.avro_name}`").alias(f.name) for f in schema.fields.values()]
+    payload = [F.col(f"__r.`{f.avro_name}`").alias(name(f.name)) for f in schema.fields.values()]
     technical = [F.col(f"__r.`{f.name}`").alias(f.name) for f in TECHNICAL_FIELDS]
     decoded = parsed.filter(ok).select(*payload, *technical, "topic", "partition", "offset")
     return decoded, parsed.filter(~ok).drop("__r")

@@ -106,7 +106,7 @@ class Speculation:
 
     def rows(self) -> DataFrame:
         """The topic's decoded rows (read again), as the normal path's decode gives them."""
-        return split_parsed(self._parsed, self.expected.schema)[0]
+        return split_parsed(self._parsed, self.expected.schema, self.info)[0]
 
     def unique(self) -> bool:
         """True when no key repeats in the written files (waits for the check)."""
@@ -314,7 +314,7 @@ def speculate(
     parsed = with_key_check(parsed, "__r", expected.schema, expected.keys).drop("key")
     observation = Observation(f"reload-{uuid.uuid4().hex}")
     observed = parsed.observe(observation, *_metrics(sorted(p for t, p in mine)))
-    decoded, _ = split_parsed(observed, expected.schema)
+    decoded, _ = split_parsed(observed, expected.schema, info)
     rows = conform(decoded.filter(F.col("__change_type") != "T"), info)
     pending = txn.PendingAppend.begin(spark, info.path, app_id, version, rows.schema)
     if pending is None or pending.replayed:

@@ -491,7 +491,7 @@ class SmallTables:
             (ref, key_pairs(table.schema, ref), self._parse(ref.schema_json)) for ref in table.keys
         ]
         skip = header_length(header_tag(table.header))
-        fields = [(f.name, f.avro_name) for f in table.schema.fields.values()]
+        fields = [(table.info.column(f.name), f.avro_name) for f in table.schema.fields.values()]
         values, kafka_keys = raw.values.to_pylist(), raw.keys.to_pylist()
         rows, truncates = [], []
         for i, body in enumerate(values):
@@ -534,7 +534,7 @@ class SmallTables:
         if wrong is not None:
             raise Unfit(f"row type {changes[wrong].as_py()!r} ({raw.where(wrong)})")
         self._check_keys(table, raw, payload)
-        avro_of = {f.name: f.avro_name for f in table.schema.fields.values()}
+        avro_of = {table.info.column(f.name): f.avro_name for f in table.schema.fields.values()}
         technical = {
             "__change_type": changes,
             "__source_rowid": payload.column("__source_rowid"),

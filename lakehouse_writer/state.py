@@ -19,7 +19,11 @@ What a restart must not forget is appended once per micro-batch, as the batch's 
   ``record``: ``{"until": n}``; :mod:`lakehouse_writer.holdback`). Each batch that writes
   state replaces the held ranges of the batch before;
 - ``awaits``: where the next batch reads ``_commits`` from (``partition``, ``offset``), with
-  the same lifetime as ``held``.
+  the same lifetime as ``held``;
+- ``batch``: written alone by a batch that changed nothing else (its rows were all of
+  aborted transactions, say), so that every batch leaves a row: a checkpoint whose batches
+  the lakehouse holds no row of belongs to another lakehouse
+  (:func:`~lakehouse_writer.checkpoint_guard.check_lakehouse`).
 
 Rows carry the writer instance id (one per checkpoint) and the batch id. As the state is
 written last, a batch id it already holds is a batch whose every write happened: a replay of
@@ -54,6 +58,7 @@ STATE_SCHEMA = (
 )
 COMPACT_EVERY = 200  # batches; bounds the rows and files a restart reads
 TRUNCATE = "truncate"  # the kind of a TRUNCATE's row
+BATCH = "batch"  # the row of a batch that changed nothing else: the instance applied it
 _KIND_ORDER = {
     "offset": 0,
     "table": 1,
@@ -106,7 +111,7 @@ class BatchChanges:
             )
             return (instance, batch_id, kind, *(values.get(n) for n in names))
 
-        return [
+        rows = [
             *(row("offset", topic=t, partition=p, offset=o) for (t, p), o in self.offsets.items()),
             *(row("table", table=t, version=v) for t, v in self.versions.items()),
             *(
@@ -129,6 +134,7 @@ class BatchChanges:
             ),
             *(row("awaits", partition=p, offset=o) for p, o in self.awaits.items()),
         ]
+        return rows or [row(BATCH)]  # every batch leaves a row (checkpoint_guard)
 
 
 @dataclass
@@ -237,8 +243,6 @@ class StateStore:
     def append(self, changes: BatchChanges, batch_id: int) -> None:
         """Append what batch ``batch_id`` did (once: a replay of the batch writes nothing)."""
         rows = changes.rows(self._instance, batch_id)
-        if not rows:
-            return
         app_id = txn.app_id_for(self._instance, STATE)
         version = txn.txn_version(batch_id, txn.STEP_SYSTEM)
         if not self._delta_rs.append(self._arrow(rows), app_id, version):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.storage import CheckpointFiles
 
 if TYPE_CHECKING:
@@ -124,10 +125,34 @@ def write_status(checkpoint: str, stats: BatchStats, spark: SparkSession | None 
     _notify("on_status", stats)
 
 
+class StatusUnreadable(LakehouseWriterError):
+    """The status file is there but holds no status (cut short, or not the writer's)."""
+
+
 def read_status(checkpoint: str, spark: SparkSession | None = None) -> dict[str, Any] | None:
-    """The status file's content, or None before the writer first wrote it."""
-    text = CheckpointFiles(checkpoint, spark).read(STATUS_FILE)
-    return json.loads(text) if text else None
+    """The status file's content, or None before the writer first wrote it.
+
+    Raises:
+        StatusUnreadable: The file is not a JSON object (the writer replaces it whole, so
+            it was cut or written by something else); names the file.
+    """
+    files = CheckpointFiles(checkpoint, spark)
+    text = files.read(STATUS_FILE)
+    if not text:
+        return None
+    try:
+        status = json.loads(text)
+    except ValueError as exc:
+        raise StatusUnreadable(
+            f"the status file is not JSON ({exc}); it was cut short or written by something "
+            "else. A running writer writes it again within its heartbeat; else delete it",
+            file=files.where(STATUS_FILE),
+        ) from exc
+    if not isinstance(status, dict):
+        raise StatusUnreadable(
+            "the status file holds no JSON object", file=files.where(STATUS_FILE)
+        )
+    return status
 
 
 def forget_stopped(checkpoint: str, table: str, spark: SparkSession | None = None) -> bool:

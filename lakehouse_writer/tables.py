@@ -1,7 +1,9 @@
-r"""Create and evolve the Delta tables change rows land in.
+"""Create and evolve the Delta tables change rows land in.
 
-A table lives at ``<lakehouse>/<namespace>/<name>`` (original names; ``/``, ``\\``, ``:``,
-``%`` and ``~`` are written as ``~XX`` hex so a name stays one path segment). Columns keep
+A table lives at ``<lakehouse>/<namespace>/<name>`` (original names, each one path segment:
+:func:`~producer_lib.schema.names.path_segment`); a name the lakehouse cannot hold (a
+reserved namespace, a dot in the table name, a segment over 255 bytes:
+:func:`~producer_lib.schema.names.table_name_problem`) stops that table only. Columns keep
 their original names: ``$``, ``/BIC/`` or umlauts as they are, and a name Parquet cannot hold
 (a space, ``,;{}()=``, tab, newline) turns on column mapping mode ``name`` — at creation, or
 when such a column is added later. Only then: mapping renames every column of every write
@@ -33,9 +35,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.errors import SchemaEvolutionError
+from lakehouse_writer.errors import SchemaEvolutionError, TableNameError
 from lakehouse_writer.storage import is_local, local_path
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
+from producer_lib.schema.names import path_segment, table_name_problem
 from producer_lib.schema.types import AvroField
 
 if TYPE_CHECKING:
@@ -46,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ESCAPED = "~/\\:%"
 # The table features every table starts with, and no others (a table gains column mapping
 # when a name needs it and type widening when a column first widens: docs/TABLES.md).
 BASE_PROPERTIES: dict[str, str] = {"delta.enableChangeDataFeed": "true"}
@@ -94,11 +96,6 @@ def needs_column_mapping(names: Iterable[str]) -> bool:
     return any(not _UNFIT_FOR_PARQUET.isdisjoint(name) for name in names)
 
 
-def path_segment(name: str) -> str:
-    """Return ``name`` as one path segment: ``~XX`` hex for characters paths cannot hold."""
-    return "".join(f"~{ord(c):02X}" if c in _ESCAPED or ord(c) < 32 else c for c in name)
-
-
 @dataclass(frozen=True)
 class TableRef:
     """A lakehouse table: original namespace and name of its value schema."""
@@ -119,6 +116,17 @@ class TableRef:
     def of(cls, schema: ValueSchema) -> TableRef:
         """The table a value schema's rows land in."""
         return cls(schema.namespace, schema.name)
+
+    def check_name(self) -> None:
+        """Raise when the lakehouse cannot hold a table of this name.
+
+        Raises:
+            TableNameError: The namespace is reserved, the name holds a dot, or a part is
+                too long for a path segment (:func:`table_name_problem`).
+        """
+        problem = table_name_problem(self.namespace, self.name)
+        if problem is not None:
+            raise TableNameError(problem, table=self.qualified[:300])
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,19 @@ class TableInfo:
     def append_only(self) -> bool:
         """True when the table has no primary key."""
         return not self.keys
+
+    @functools.cached_property
+    def _folded(self) -> dict[str, str]:
+        return {name.casefold(): name for name in self.columns}
+
+    def column(self, name: str) -> str:
+        """The table's spelling of column ``name``: Delta matches names case-insensitively.
+
+        A later schema may spell a column of the table in another case (``abc``, then
+        ``ABC``): its values land in the table's column. ``name`` itself when the table has
+        no such column.
+        """
+        return self._folded.get(name.casefold(), name)
 
 
 def schema_fields(schema: ValueSchema) -> list[AvroField]:
@@ -235,6 +256,7 @@ class TableManager:
             SchemaEvolutionError: The schema changes the key or a column incompatibly.
         """
         ref = TableRef.of(schema)
+        ref.check_name()
         cache_key = (ref, schema.to_json())
         with self._lock_of(ref):  # other threads make tables too (create_missing, ensure_all)
             if cache_key not in self._checked:
@@ -254,6 +276,8 @@ class TableManager:
         then finds the table. Returns True when it created the table.
         """
         ref = TableRef.of(schema)
+        if table_name_problem(ref.namespace, ref.name) is not None:
+            return False  # its rows stop the table (ensure)
         path = ref.path(self._lakehouse)
         with self._lock_of(ref):
             if ref in self._created or _is_delta(self._spark, path):
@@ -497,7 +521,7 @@ def _recluster(
 
 def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) -> None:
     stored = json.loads(properties.get(PRIMARY_KEYS_PROPERTY, "[]"))
-    if stored != list(schema.pks):
+    if [k.casefold() for k in stored] != [k.casefold() for k in schema.pks]:  # Delta's names
         raise SchemaEvolutionError(
             "the primary key changed; a Delta table keeps its key: reload into a new table",
             table=ref.qualified,

@@ -58,8 +58,9 @@ def _order(item: tuple[int, tuple[tuple[str, str | None], ...]]) -> tuple:
 
 
 def unknown_columns(truncate: Truncate, columns: Mapping[str, DataType]) -> list[str]:
-    """Scope columns the table does not have."""
-    return [name for name in truncate.scope if name not in columns]
+    """Scope columns the table does not have (names match case-insensitively, as Delta's)."""
+    folded = {name.casefold() for name in columns}
+    return [name for name in truncate.scope if name.casefold() not in folded]
 
 
 def truncated(truncates: Sequence[Truncate], columns: Mapping[str, DataType]) -> Column:
@@ -74,12 +75,14 @@ def _one(truncate: Truncate, columns: Mapping[str, DataType]) -> Column:
     from pyspark.sql import functions as F
 
     condition = F.col(CHANGE_TIME) < F.timestamp_micros(F.lit(truncate.time_us))
+    folded = {name.casefold(): dtype for name, dtype in columns.items()}
     for name, text in truncate.scope.items():
         column = F.col(f"`{name.replace('`', '``')}`")
         if text is None:
             condition = condition & column.isNull()
         else:
-            condition = condition & column.eqNullSafe(F.lit(text).cast(columns[name]))
+            dtype = folded[name.casefold()]
+            condition = condition & column.eqNullSafe(F.lit(text).cast(dtype))
     return condition
 
 

@@ -26,7 +26,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from producer_lib.errors import ProduceError
+from producer_lib.errors import ProduceError, SchemaError
 from producer_lib.kafka._encode_process import ExportEncoding
 from producer_lib.kafka._ledger import CommitHook, PendingCommit
 from producer_lib.kafka._send import EncodedBatch, RowRejected, rejected_row_error, send_batch
@@ -36,6 +36,7 @@ from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
 from producer_lib.kafka.partitioner import partitions_for_keys
 from producer_lib.kafka.progress import Progress
 from producer_lib.kafka.topics import align_topic_config, data_topic_config, ensure_topic
+from producer_lib.schema.names import table_name_problem
 from producer_lib.schema.row_types import RowType
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 from producer_lib.settings import KafkaSettings
@@ -132,11 +133,18 @@ class KafkaProducer(TransactionalProducer):
         Raises:
             ProduceError: The topic cannot be created or its configuration changed, or a
                 schema cannot be stored.
-            SchemaError: A schema is invalid, or another topic already feeds the same table
-                (``namespace.name``) with a column whose type Delta cannot merge.
+            SchemaError: A schema is invalid, the lakehouse cannot hold its table's name (a
+                namespace starting with ``_``, a dot in the name, a name too long for a path:
+                :func:`~producer_lib.schema.names.table_name_problem`), or another topic
+                already feeds the same table (``namespace.name``) with a column whose type
+                Delta cannot merge.
             ValueError: ``retention`` under a minute, or an unknown ``cleanup_policy``.
         """
         self._require_open()
+        problem = table_name_problem(value_schema.namespace, value_schema.name)
+        if problem is not None:  # refused before a row is sent: the writer could not apply it
+            table = f"{value_schema.namespace}.{value_schema.name}"
+            raise SchemaError(problem, topic=topic, table=table[:300])
         assert self._admin is not None and self._catalog is not None
         policy = cleanup_policy or "delete"
         config = data_topic_config(retention, policy, self._settings.topic_retention_ms)

@@ -4,9 +4,15 @@ Two standard forms tell a reader which writer schema encoded a message:
 
 - Confluent wire format: ``0x00`` + the Schema Registry id as big-endian int32 (5 bytes),
   used when a Schema Registry is configured.
-- Avro single-object encoding: ``0xC3 0x01`` + the 8-byte CRC-64-AVRO fingerprint of the
-  schema's Parsing Canonical Form, little-endian (10 bytes), with schemas kept in the
-  ``_flow_schemas`` topic.
+- Avro single-object encoding: ``0xC3 0x01`` + an 8-byte CRC-64-AVRO fingerprint,
+  little-endian (10 bytes), with schemas kept in the ``_flow_schemas`` topic.
+
+The fingerprint is taken over the whole schema (:func:`schema_fingerprint`), not only over
+Avro's Parsing Canonical Form: that form drops logical types, precision, scale and every
+custom property (``primaryKeys``, comments, governance metadata), so two schemas that decode
+the same bytes into different values, or key rows differently, would share one fingerprint
+and one catalog record. Headers written earlier under the canonical-form fingerprint keep
+resolving to the record stored under it.
 
 Quickstart::
 
@@ -22,7 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+from fastavro.schema import fingerprint, parse_schema
 
 from producer_lib.errors import SchemaError
 
@@ -31,6 +37,7 @@ __all__ = [
     "SINGLE_OBJECT_MAGIC",
     "Header",
     "confluent_header",
+    "identity_form",
     "parse_header",
     "schema_fingerprint",
     "single_object_header",
@@ -76,7 +83,11 @@ def confluent_header(schema_id: int) -> bytes:
 
 
 def schema_fingerprint(schema: dict[str, Any] | str) -> bytes:
-    """CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form, little-endian.
+    """CRC-64-AVRO fingerprint of the whole schema, little-endian: its identity on the wire.
+
+    Taken over :func:`identity_form`: every name, type, logical type, precision, scale, doc
+    and custom property counts, key order and formatting do not. Two schemas that decode or
+    key rows differently never share a fingerprint (Avro's Parsing Canonical Form would).
 
     Args:
         schema: The schema as a JSON dict, or as JSON text.
@@ -87,12 +98,21 @@ def schema_fingerprint(schema: dict[str, Any] | str) -> bytes:
     Raises:
         SchemaError: The schema is not valid Avro.
     """
+    return bytes.fromhex(fingerprint(identity_form(schema), "CRC-64-AVRO"))
+
+
+def identity_form(schema: dict[str, Any] | str) -> str:
+    """The text a schema's fingerprint is taken over: its JSON, keys sorted, no whitespace.
+
+    Raises:
+        SchemaError: The schema is not valid Avro.
+    """
     try:
         loaded = json.loads(schema) if isinstance(schema, str) else schema
-        canonical = to_parsing_canonical_form(parse_schema(loaded))
+        parse_schema(loaded)  # valid Avro, or no fingerprint
     except Exception as exc:
         raise SchemaError(f"cannot fingerprint schema: {exc}") from exc
-    return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
+    return json.dumps(loaded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def single_object_header(fingerprint: bytes) -> bytes:

@@ -20,6 +20,10 @@ The scheme:
 
 Plain names and encoded names never overlap (encoded ones always start with the marker), so
 decoding is unambiguous.
+
+The lakehouse keeps a table at ``<lakehouse>/<namespace>/<name>``, each part one path segment
+(:func:`path_segment`); :func:`table_name_problem` says which names it cannot hold, so the
+producer refuses them before a row is sent and the writer stops only their table.
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ import re
 
 from producer_lib.errors import SchemaError
 
-__all__ = ["ENCODED_PREFIX", "decode_name", "encode_name", "is_valid_avro_name"]
+__all__ = [
+    "ENCODED_PREFIX",
+    "MAX_SEGMENT_BYTES",
+    "RESERVED_PREFIX",
+    "decode_name",
+    "encode_name",
+    "is_valid_avro_name",
+    "path_segment",
+    "table_name_problem",
+    "unescape_segment",
+]
 
 ENCODED_PREFIX = "_x_"
 """Marks an encoded name; chosen because real column names practically never start with it."""
@@ -111,3 +125,59 @@ def _unescape(match: re.Match[str]) -> str:
     if code_point > 0x10FFFF:
         raise SchemaError("Escaped code point out of range", escape=token)
     return chr(code_point)
+
+
+# -- names in the lakehouse -------------------------------------------------------------------
+
+_ESCAPED = "~/\\:%"
+MAX_SEGMENT_BYTES = 255  # what a path segment holds on every file system and object store
+RESERVED_PREFIX = "_"
+"""Namespaces starting with it are the writer's: ``_commits``, ``_writer_state``, ... sit
+beside the namespaces at the lakehouse root."""
+
+
+def path_segment(name: str) -> str:
+    r"""Return ``name`` as one path segment: ``~XX`` hex for characters paths cannot hold.
+
+    ``/``, ``\``, ``:``, ``%``, ``~`` and control characters are escaped; everything else
+    (spaces, ``$``, umlauts, CJK) is kept as it is.
+    """
+    return "".join(f"~{ord(c):02X}" if c in _ESCAPED or ord(c) < 32 else c for c in name)
+
+
+def unescape_segment(segment: str) -> str:
+    """The inverse of :func:`path_segment` (``~2F`` -> ``/``)."""
+    return re.sub(r"~([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), segment)
+
+
+def table_name_problem(namespace: str, name: str) -> str | None:
+    """Why the lakehouse cannot hold table ``namespace.name``; None when it can.
+
+    - a namespace starting with ``_`` (:data:`RESERVED_PREFIX`) would sit among the writer's
+      own tables (``_writer_state/x``), which maintenance treats as the writer's;
+    - a dot in the table name would make ``a.b`` + ``c`` and ``a`` + ``b.c`` the same
+      ``a.b.c`` in logs, ``_commits``, stopped tables and the commands that take a table
+      (the namespace may hold dots: the last dot of a qualified name splits);
+    - a part longer than :data:`MAX_SEGMENT_BYTES` bytes as a path segment (UTF-8, escapes
+      included: 86 CJK characters are already too long) cannot be created.
+    """
+    if not namespace or not name:
+        return "a table needs a namespace and a name"
+    if namespace.startswith(RESERVED_PREFIX):
+        return (
+            f"namespaces starting with {RESERVED_PREFIX!r} are reserved for the lakehouse "
+            f"writer's own tables (_commits, _writer_state, ...); choose another namespace"
+        )
+    if "." in name:
+        return (
+            "a table name must not hold a dot: NAMESPACE.NAME would then name two tables "
+            "(the namespace may hold dots)"
+        )
+    for part, value in (("namespace", namespace), ("table name", name)):
+        size = len(path_segment(value).encode("utf-8"))
+        if size > MAX_SEGMENT_BYTES:
+            return (
+                f"the {part} takes {size} bytes as a path segment (UTF-8); a file system holds "
+                f"at most {MAX_SEGMENT_BYTES}"
+            )
+    return None

@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from producer_lib.errors import SourceError
 from producer_lib.sources.adapter import SourceAdapter
-from producer_lib.staging import quote_table
+from producer_lib.staging import delta_scan_location, quote_table
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -386,7 +386,12 @@ def _vector_rows(
         f"SELECT *, $version::BIGINT AS _commit_version, "
         f"make_timestamptz($stamp::BIGINT * 1000) AS _commit_timestamp FROM ({sql})"
     )
-    params = {"location": location, "files": wanted, "version": version, "stamp": stamp}
+    params = {
+        "location": delta_scan_location(location),
+        "files": wanted,
+        "version": version,
+        "stamp": stamp,
+    }
     return connection.execute(sql, params).fetch_arrow_table()
 
 

@@ -31,7 +31,13 @@ from producer_lib.sources.dictionary import (
     source_table_of,
     source_tables_of,
 )
-from producer_lib.staging import describe, load_packaged_extension, quote_table, row_count
+from producer_lib.staging import (
+    delta_scan_location,
+    describe,
+    load_packaged_extension,
+    quote_table,
+    row_count,
+)
 from producer_lib.staging.azure_storage import AZURE_PATH, AzureStorageSettings, use_azure_storage
 
 _DELTA_SCAN = re.compile(r"delta_scan\s*\(\s*'((?:[^']|'')*)'\s*\)", re.IGNORECASE)
@@ -81,7 +87,7 @@ class DuckDBReader(SourceAdapter):
         if self.use_delta_extension:
             try:
                 load_packaged_extension(self.connection, "delta")
-                return sql
+                return _DELTA_SCAN.sub(_scan_by_location, sql)
             except SourceError as exc:
                 self.logger.warning("delta extension unavailable, using delta-rs error=%s", exc)
         return _DELTA_SCAN.sub(lambda m: self._delta_view(m.group(1).replace("''", "'")), sql)
@@ -108,7 +114,7 @@ class DuckDBReader(SourceAdapter):
                 )
             dataset = table.to_pyarrow_dataset()
         except (TableNotFoundError, OSError) as exc:
-            raise SourceError("Cannot read the Delta table", path=path) from exc
+            raise SourceError(f"Cannot read the Delta table: {exc}", path=path) from exc
         view = f"__delta_{next(_views)}"
         self.connection.register(view, dataset)
         self._delta_views.append(view)
@@ -141,6 +147,12 @@ class DuckDBReader(SourceAdapter):
             )
             schema[name] = {row[0]: str(row[1]) for row in rows}
         return schema
+
+
+def _scan_by_location(match: re.Match[str]) -> str:
+    """``delta_scan('<path>')`` with a local path as the URL every name reads by."""
+    location = delta_scan_location(match.group(1).replace("''", "'"))
+    return "delta_scan('" + location.replace("'", "''") + "')"
 
 
 def _duckdb_dictionary(

@@ -12,7 +12,8 @@ Quickstart::
     check_primary_key("T", schema, conn)        # SourceError on duplicate or null keys
 
 Delta tables and other extensions load offline from their PyPI packages
-(:func:`load_packaged_extension`).
+(:func:`load_packaged_extension`); ``delta_scan(delta_scan_location(path))`` reads a local
+table of any name (:func:`delta_scan_location`).
 """
 
 from producer_lib.staging.duckdb_stage import (
@@ -26,7 +27,11 @@ from producer_lib.staging.duckdb_stage import (
     row_count,
     table_arrow_schema,
 )
-from producer_lib.staging.extensions import load_packaged_extension, packaged_extension_path
+from producer_lib.staging.extensions import (
+    delta_scan_location,
+    load_packaged_extension,
+    packaged_extension_path,
+)
 from producer_lib.staging.pk_check import check_primary_key
 
 __all__ = [
@@ -35,6 +40,7 @@ __all__ = [
     "connection_lock",
     "create_table",
     "default_connection",
+    "delta_scan_location",
     "describe",
     "load_packaged_extension",
     "packaged_extension_path",

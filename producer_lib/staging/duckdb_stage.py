@@ -79,7 +79,14 @@ def create_table(
     try:
         connection.execute(f"CREATE OR REPLACE TABLE {quote_table(table)} AS SELECT * FROM {view}")
     except duckdb.Error as exc:
-        raise SourceError("Cannot create the staging table", table=table) from exc
+        hint = (
+            f"; DuckDB reads the dotted name as schema {table.rsplit('.', 1)[0]!r}, table "
+            f"{table.rsplit('.', 1)[1]!r}: create that schema first, or name the table "
+            "without a dot"
+            if "." in table
+            else ""
+        )
+        raise SourceError(f"Cannot create the staging table: {exc}{hint}", table=table) from exc
     finally:
         connection.unregister(view)
     logger.debug("staging table created table=%s columns=%d", table, len(arrow_schema))

@@ -4,19 +4,27 @@ DuckDB would download an extension on first use (``INSTALL``/autoload); machines
 flows may have no route to extensions.duckdb.org. The ``duckdb-extension-<name>`` packages
 ship the binary at ``duckdb_extension_<name>/extensions/v<duckdb version>/<name>.duckdb_extension``;
 ``LOAD '<that path>'`` loads it without any network access.
+
+:func:`delta_scan_location` is the location to give the delta extension's ``delta_scan`` for
+a local table: version 1.5.5 drops a trailing non-ASCII character of a plain local path
+(``.../x表`` opens ``.../x``), while a percent-encoded ``file://`` URL reads every name.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 from pathlib import Path
+from urllib.parse import quote
 
 import duckdb
 
 from producer_lib.errors import SourceError
 
 logger = logging.getLogger(__name__)
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def packaged_extension_path(name: str) -> Path | None:
@@ -61,3 +69,18 @@ def load_packaged_extension(connection: duckdb.DuckDBPyConnection, name: str) ->
     except duckdb.Error as exc:
         raise SourceError("Cannot load DuckDB extension", extension=name, path=str(path)) from exc
     logger.debug("duckdb extension loaded extension=%s path=%s", name, path)
+
+
+def delta_scan_location(path: str) -> str:
+    """The location of a Delta table as DuckDB's ``delta_scan`` reads it for any name.
+
+    A local path (absolute or relative) becomes a percent-encoded ``file://`` URL; a URL
+    (``abfss://``, ``s3://``, ``file://``) is returned as it is.
+
+    Example:
+        >>> delta_scan_location("/lake/SHOP/表")
+        'file:///lake/SHOP/%E8%A1%A8'
+    """
+    if _SCHEME.match(path):
+        return path
+    return "file://" + quote(str(Path(path).absolute()))

@@ -87,3 +87,32 @@ def test_a_writer_whose_checkpoint_was_deleted_stops_and_applies_nothing_twice(
     status = read_status(str(lost["ckpt"])) or {}
     assert status.get("state") == "failed", status
     assert f"writer instance {lost['old']} already applied {lost['topic']}" in status["error"]
+
+
+def test_a_used_checkpoint_pointed_at_a_new_lakehouse_refuses_to_start(
+    spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
+):
+    """The reverse: the checkpoint stays, the lakehouse is new (issue "silent damage", 4).
+
+    Started, the writer would go on from the checkpoint's offsets: the new lakehouse's tables
+    would be created without rows 1-3, and the run would say ``drained``.
+    """
+    topic, schemas = new_topic(), new_topic(suffix="_schemas")
+    schema = sample_schema()
+    publish_schemas(kafka_bootstrap, topic, schemas, schema)
+    monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
+    lake, new_lake, ckpt = tmp_path / "lake", tmp_path / "new_lake", tmp_path / "ckpt"
+    produce_transaction(kafka_bootstrap, topic, schema, _rows(1, 3, 1))
+    assert main(once_argv(lake, ckpt, topic, kafka_bootstrap)) == 0
+    produce_transaction(kafka_bootstrap, topic, schema, _rows(4, 5, 2))
+
+    code = main(once_argv(new_lake, ckpt, topic, kafka_bootstrap))
+
+    assert code == 1
+    status = read_status(str(ckpt)) or {}
+    assert status.get("state") == "failed", status
+    assert str(ckpt) in status["error"] and str(new_lake) in status["error"]
+    assert "holds no progress of its writer instance" in status["error"]
+    assert not (new_lake / "SHOP" / "ORDERS").exists()  # no table created without its rows
+    assert main(once_argv(lake, ckpt, topic, kafka_bootstrap)) == 0  # its own lakehouse: on
+    assert sorted(_ids(spark, lake)) == [1, 2, 3, 4, 5]

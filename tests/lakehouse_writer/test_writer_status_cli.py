@@ -77,6 +77,37 @@ def test_no_status_yet_exits_3_and_says_so(where, capsys):
     assert f"no status yet: {where[1]}/{STATUS_FILE} does not exist" in out
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_cut_status_file_is_unreadable_with_its_own_exit_code(where, capsys, as_json):
+    """Not a traceback with exit 1, the code of a failed writer (issue "silent damage", 8)."""
+    write_status(str(where[1]), BatchStats(state="drained", batch_id=3))
+    status_file = where[1] / STATUS_FILE
+    status_file.write_text(status_file.read_text()[:40])  # cut short
+    code, out, err = _cli(capsys, "status", *_args(where), *(["--json"] if as_json else []))
+    assert code == 4 and "Traceback" not in err
+    if as_json:
+        report = json.loads(out)
+        assert report["exit_code"] == 4 and "not JSON" in report["unreadable"]
+        assert str(status_file) in report["unreadable"]
+    else:
+        assert out.startswith("status unreadable: the status file is not JSON")
+        assert str(status_file) in out
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_maintain_on_no_directory_fails_naming_the_path(tmp_path, capsys, kind):
+    """A typo in a scheduled job must not look like a pass (issue "silent damage", 9)."""
+    lake = tmp_path / "lake"
+    if kind == "file":
+        lake.write_text("not a lakehouse")
+    code, out, err = _cli(
+        capsys, "maintain", "--lakehouse", str(lake), "--checkpoint", str(tmp_path / "c")
+    )
+    assert code == 1 and "maintained" not in out
+    reason = "does not exist" if kind == "missing" else "is a file, not a directory"
+    assert f"the lakehouse {reason}; nothing maintained" in err and str(lake) in err
+
+
 def test_a_failed_writer_exits_1_with_its_cause(where, capsys):
     write_status(
         str(where[1]),

@@ -21,7 +21,7 @@ RECORD = {
     "type": "record",
     "name": "Row",
     "namespace": "ns",
-    "doc": "docs and custom properties are not part of the canonical form",
+    "doc": "a table comment",
     "owner": "someone@example.com",
     "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": ["null", "string"]}],
 }
@@ -53,11 +53,51 @@ def test_fingerprint_matches_the_avro_reference_values(schema: str, java_fingerp
     assert int.from_bytes(fingerprint, "little", signed=True) == java_fingerprint
 
 
-def test_fingerprint_ignores_docs_properties_and_formatting() -> None:
-    bare = {k: v for k, v in RECORD.items() if k not in ("doc", "owner")}
-    assert schema_fingerprint(RECORD) == schema_fingerprint(json.dumps(bare, indent=4))
+def test_fingerprint_ignores_key_order_and_formatting() -> None:
+    reordered = dict(reversed(list(RECORD.items())))
+    assert schema_fingerprint(RECORD) == schema_fingerprint(json.dumps(reordered, indent=4))
     changed = {**RECORD, "fields": RECORD["fields"][:1]}
     assert schema_fingerprint(changed) != schema_fingerprint(RECORD)
+
+
+def _amount(**amount_type: object) -> dict:
+    """A record whose field ``amount`` has the given type attributes."""
+    return {**RECORD, "fields": [{"name": "amount", "type": amount_type}]}
+
+
+DECIMAL = {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param(_amount(**{**DECIMAL, "scale": 4}), id="decimal-scale"),
+        pytest.param(_amount(**{**DECIMAL, "precision": 6}), id="decimal-precision"),
+        pytest.param(_amount(type="bytes"), id="decimal-to-bytes"),
+        pytest.param({**_amount(**DECIMAL), "primaryKeys": ["amount"]}, id="primary-key"),
+        pytest.param({**_amount(**DECIMAL), "doc": "another comment"}, id="table-comment"),
+        pytest.param({**_amount(**DECIMAL), "owner": "other@example.com"}, id="custom-property"),
+    ],
+)
+def test_fingerprint_tells_apart_schemas_that_decode_or_key_differently(other: dict) -> None:
+    # Avro's Parsing Canonical Form drops all of these: one fingerprint would name both
+    # schemas, and a reader would decode 1.2345 (scale 4) as 123.45 (scale 2).
+    assert schema_fingerprint(other) != schema_fingerprint(_amount(**DECIMAL))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            {"type": "long", "logicalType": "timestamp-millis"},
+            {"type": "long", "logicalType": "timestamp-micros"},
+        ),
+        ({"type": "int"}, {"type": "int", "logicalType": "date"}),
+    ],
+    ids=["timestamp-millis-to-micros", "int-to-date"],
+)
+def test_fingerprint_tells_apart_logical_types(old: dict, new: dict) -> None:
+    assert schema_fingerprint(_amount(**old)) != schema_fingerprint(_amount(**new))
 
 
 def test_fingerprint_of_an_invalid_schema_is_a_schema_error() -> None:

@@ -1,4 +1,5 @@
 import duckdb
+import pyarrow as pa
 import pytest
 
 from producer_lib.errors import SourceError
@@ -97,3 +98,12 @@ def test_check_keys_of_a_query_names_where_the_rows_go(conn):
         )
     assert (info.value.table, info.value.topic) == ("SHOP.T", "shop_t")
     assert info.value.duplicate_sample == [(3, 2)]
+
+
+def test_a_dotted_staging_table_says_why_it_cannot_be_made(conn):
+    """DuckDB's own cause was only in ``__cause__`` (issue "silent damage", smaller items)."""
+    with pytest.raises(SourceError) as raised:
+        create_table(conn, "a.b", pa.schema([("ID", pa.int64())]))
+    message = str(raised.value)
+    assert "Schema with name a does not exist" in message
+    assert "schema 'a', table 'b'" in message and "without a dot" in message
