@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -243,7 +244,8 @@ def test_function_keys_host_keys_and_tokens_start_a_load(server):
         answer = server.call("POST", path, headers)
         assert answer.status == 200, (case, answer)
         assert answer.json()["status"] == "COMPLETED"
-        assert server.loads()[-1].startswith(f"initial {path.split('dataflow=')[1][:7]}")
+        dataflow = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["dataflow"][0]
+        assert server.loads()[-1].split()[:2] == ["initial", dataflow]
     assert [r["status"] for r in server.logged_runs("ok_host")] == ["STARTED", "COMPLETED"]
 
 
