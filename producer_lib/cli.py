@@ -3,13 +3,17 @@
 ::
 
     producer-lib run flows.tpch:TpchFlow --load initial [--dataflow D] [--partition P]
-    producer-lib serve flows.tpch:TpchFlow [--host 0.0.0.0] [--port 8080]
+    producer-lib serve flows.tpch:TpchFlow [--host 127.0.0.1] [--port 8080] [--insecure]
 
 ``MODULE`` is imported with ``--app-dir`` (default: the current directory) first on
 ``sys.path``, as uvicorn does, so a flow repo's own modules are found without installing it.
 
 ``run`` prints the run's result as JSON and exits 0 when it completed, 1 when it failed,
 2 on bad usage. Settings come from the environment (``KAFKA_*``, ``FLOW_ENVIRONMENT``...).
+
+``serve`` answers only authenticated callers (``FLOW_AUTH_*``: function keys, Entra ID; see
+``docs/SERVING.md``). Without any authentication configured it serves on loopback only and
+refuses another ``--host`` (exit 2) unless ``--insecure`` is given, for development only.
 """
 
 from __future__ import annotations
@@ -74,8 +78,18 @@ def _parser() -> argparse.ArgumentParser:
     _app_dir_argument(run)
     serve = commands.add_parser("serve", help="serve the flow over HTTP (POST /run, GET /health)")
     serve.add_argument("runner", metavar="MODULE:CLASS")
-    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 in a container, which "
+        "needs FLOW_AUTH_* settings)",
+    )
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="DEVELOPMENT ONLY: serve on a non-loopback --host without any authentication",
+    )
     _app_dir_argument(serve)
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -100,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from producer_lib.runner.serve import serve
 
-            serve(runner, args.host, args.port)
+            serve(runner, args.host, args.port, insecure=args.insecure)
             return 0
         result = asyncio.run(
             runner.run(args.load, dataflow=args.dataflow, partition=args.partition)

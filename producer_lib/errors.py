@@ -66,3 +66,24 @@ class ConfigError(ProducerLibError):
 
 class KafkaUnavailable(Transient, ProduceError):
     """The Kafka cluster could not be reached in time; retrying later may work."""
+
+
+class AuthError(ProducerLibError):
+    """A caller of an HTTP route could not be authenticated (:mod:`producer_lib.auth`)."""
+
+
+class Unauthorized(AuthError):
+    """The request carries no credential, or one that is not valid here (HTTP 401).
+
+    ``reason`` is a fixed phrase for the server's log (``token expired``, ``unknown key``);
+    it never quotes the credential. The HTTP answer does not show it: a caller learns only
+    that it was refused.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("unauthorized", reason=reason)
+        self.reason = reason
+
+
+class AuthUnavailable(Transient, AuthError):
+    """A token cannot be checked now: the tenant's signing keys could not be fetched (503)."""

@@ -1,12 +1,13 @@
 """``GET /metrics`` of ``producer-lib serve``: runs, rows, durations and failures.
 
 :func:`add_metrics` adds the route and a middleware to the server's application: every run
-``POST /run`` (or ``GET``) answers is counted when it ends — at once for a 200/4xx/5xx
+``POST /run`` answers is counted when it ends — at once for a 200/4xx/5xx
 answer, when its task ends for one answered 202 that goes on. Prometheus text
 (:mod:`producer_lib.prometheus`):
 
 - ``producer_runs_total{function,dataflow,status}``: runs by outcome (``COMPLETED``,
-  ``FAILED``, ``REJECTED``: bad parameters or a concurrent run refused);
+  ``FAILED``, ``REJECTED``: bad parameters, a concurrent run refused, a body too large, a
+  busy server; requests refused for want of credentials are not runs and are not counted);
 - ``producer_run_failures_total{function,dataflow}``: the ``FAILED`` ones;
 - ``producer_rows_total{function,table}``: rows produced (of completed and failed runs:
   a failed run's rows were aborted, but they were read and sent);
@@ -126,7 +127,8 @@ def add_metrics(app: web.Application, runner: FunctionRunner) -> web.Application
     @web.middleware
     async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
-        if request.path == _RUN_PATH and isinstance(response, web.Response):
+        started = request.path == _RUN_PATH and request.method == "POST"
+        if started and isinstance(response, web.Response):
             _count(metrics, response)
         return response
 

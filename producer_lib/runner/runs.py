@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import json
 import os
+import re
 import time
 import urllib.parse
 from collections import OrderedDict
@@ -57,12 +58,16 @@ __all__ = [
     "read_run_record",
     "run_status",
     "status_url",
+    "valid_run_id",
 ]
 
 WAIT_ENV = "FLOW_HTTP_WAIT_S"
 DEFAULT_WAIT_S = 200.0  # below Azure's 230 s cut, with room for the answer to travel
 _STEP_S = 0.05  # how often a run that has no id yet is looked at
 _KEEP_FINISHED = 500  # finished runs the registry remembers (the oldest are forgotten)
+
+# what the runner makes (str(uuid4())): a run id of any other shape is malformed, never looked up
+_RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 # status code, JSON body, extra headers
 Answer = tuple[int, dict[str, Any], dict[str, str]]
@@ -327,8 +332,14 @@ async def run_status(run_id: str, query: Mapping[str, str]) -> tuple[int, dict[s
     200 with ``RUNNING`` or the run result (``COMPLETED``/``FAILED``) when this process ran
     it; else 200 with the run's last ``_execution_log`` record when the query names its
     ``function``, ``dataflow`` and ``partition`` (``"source": "execution_log"``); 404 when
-    neither knows the id; 503 when Kafka cannot be read.
+    neither knows the id; 400 when ``run_id`` is not a run id at all (a lowercase UUID, as
+    the runner makes them; the body does not repeat it); 503 when Kafka cannot be read.
     """
+    if not valid_run_id(run_id):
+        return 400, {
+            "status": "UNKNOWN",
+            "error": "malformed run id: a run id is the UUID a run's answer gives",
+        }
     tracked = REGISTRY.get(run_id)
     if tracked is not None:
         if not tracked.task.done():
@@ -357,6 +368,11 @@ async def run_status(run_id: str, query: Mapping[str, str]) -> tuple[int, dict[s
             f"partition={names[2]}",
         }
     return 200, {**record, "source": "execution_log"}
+
+
+def valid_run_id(run_id: str) -> bool:
+    """Whether ``run_id`` has the shape of the run ids the runner makes."""
+    return _RUN_ID.fullmatch(run_id) is not None
 
 
 def read_run_record(

@@ -33,7 +33,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 runner = load_runner(os.environ["FLOW_RUNNER"])
 
 
-@app.route(route="run", methods=["GET", "POST"])
+@app.route(route="run", methods=["POST"])  # no GET starts a load (a link or a prefetch can't)
 async def run(req: func.HttpRequest) -> func.HttpResponse:
     """Run a load: ``load=initial|delta``, optional ``dataflow`` and ``partition``."""
     return await runner.http(req)

@@ -24,6 +24,7 @@ from uuid import uuid4
 
 import pytest
 
+from producer_lib.auth import AuthSettings
 from producer_lib.errors import ConfigError
 from producer_lib.settings import (
     KafkaSettings,
@@ -299,6 +300,8 @@ def test_a_valid_configuration_shows_no_secret_either(monkeypatch, tmp_path):
         "KAFKA_BOOTSTRAP_SERVERS": "b:9093",
         "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "KAFKA_SASL_MECHANISM": "PLAIN",
+        "FLOW_AUTH_FUNCTION_KEYS": json.dumps({"flow": "S3cr3t-function-key-xyz"}),
+        "FLOW_AUTH_HOST_KEYS": "S3cr3t-host-key-xyz",
     }.items():
         monkeypatch.setenv(name, value)
     from lakehouse_writer.settings import LakehouseSettings
@@ -308,6 +311,7 @@ def test_a_valid_configuration_shows_no_secret_either(monkeypatch, tmp_path):
         SchemaRegistrySettings(),
         LakehouseSettings(),
         OracleConnectionSettings("Labware-Source"),
+        AuthSettings(),
     ]
     shown = [
         text

@@ -93,3 +93,31 @@ class NumbersFlow(FunctionRunner):
             os.kill(os.getpid(), signal.SIGKILL)
         if fail != "no_commit":
             producer.commit()
+
+
+class RecordingFlow(FunctionRunner):
+    """Produces nothing; records every load it starts, for tests of who may start one.
+
+    - ``GUARD_TEST_FUNCTION``: function name; ``GUARD_TEST_RECORD``: a file that gets one line
+      ``<load> <dataflow> <run id>`` per load started.
+    - ``GUARD_TEST_GATE``: a path; loads of a dataflow whose name starts with ``gated`` wait
+      until that file exists.
+    """
+
+    source_system = "TEST"
+
+    def __init__(self) -> None:
+        super().__init__(os.environ["GUARD_TEST_FUNCTION"])
+
+    async def initial_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
+        await self._load("initial")
+
+    async def delta_load(self, producer: KafkaProducer, reader: SourceAdapter) -> None:
+        await self._load("delta")
+
+    async def _load(self, load: str) -> None:
+        with open(os.environ["GUARD_TEST_RECORD"], "a") as record:
+            record.write(f"{load} {self.dataflow} {self.run_id}\n")
+        gate = os.environ.get("GUARD_TEST_GATE", "")
+        while self.dataflow.startswith("gated") and gate and not Path(gate).exists():
+            await asyncio.sleep(0.05)

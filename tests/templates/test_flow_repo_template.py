@@ -5,12 +5,17 @@ image when a container engine is present."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import importlib.util
 import json
+import os
 import re
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -19,6 +24,8 @@ from types import ModuleType
 import azure.functions as func
 import pytest
 from azure.functions.timer import TimerRequest
+
+from tests.support.ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "templates" / "flow_repo"
@@ -68,6 +75,13 @@ def test_function_app_runs_a_load_answers_202_and_serves_its_status(
         if binding.type == "httpTrigger"
     }
     assert routes == {"run": "run", "run_status": "runs/{run_id}", "health": "health"}
+    methods = {
+        name: [str(m).split(".")[-1].upper() for m in binding.get_dict_repr()["methods"]]
+        for name, f in functions.items()
+        for binding in f.get_bindings()
+        if binding.type == "httpTrigger"
+    }
+    assert methods["run"] == ["POST"]  # no GET starts a load
 
     health = functions["health"].get_user_function()(
         func.HttpRequest("GET", "/api/health", body=b"")
@@ -158,6 +172,9 @@ def test_host_json_is_a_functions_v4_host_that_fits_the_consumption_plan():
         "FLOW_TIMER_SCHEDULE",
         "Container Apps",
         "producer-lib serve",
+        "FLOW_AUTH_FUNCTION_KEYS",
+        "FLOW_AUTH_ENTRA_TENANT_ID",
+        "--insecure",
     ):
         assert fact in readme, fact
 
@@ -304,3 +321,75 @@ def test_the_template_image_builds_and_imports_the_flow_repo(tmp_path):
         assert out.stdout.split() == ["orders", "no", "spark"]
     finally:
         subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+# -- the image's command: authentication on -------------------------------------------------
+
+
+def _image_command() -> str:
+    """The shell line of the Dockerfile's ``CMD ["sh", "-c", "..."]``."""
+    dockerfile = (TEMPLATE / "Dockerfile").read_text()
+    cmd = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
+    assert len(cmd) == 1
+    command = json.loads(cmd[0].removeprefix("CMD "))
+    assert command[:2] == ["sh", "-c"]
+    return command[2]
+
+
+def _http(port: int, method: str, path: str, headers: dict[str, str]) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(method, path, headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_the_image_serves_all_addresses_only_with_authentication_on(tmp_path):
+    """The Dockerfile's own command, run here with /app and the port swapped for local ones."""
+    line = _image_command()
+    instructions = [
+        row for row in (TEMPLATE / "Dockerfile").read_text().splitlines() if not row.startswith("#")
+    ]
+    assert "--host 0.0.0.0" in line and "--insecure" not in "\n".join(instructions)
+    port = free_port_block(1)
+    line = line.replace("--app-dir /app", f"--app-dir {REPO}").replace(
+        "--port 8080", f"--port {port}"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("FLOW_", "SECRET_", "AZURE_"))},
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "FLOW_RUNNER": "tests.support.runner_flows:RecordingFlow",
+        "GUARD_TEST_FUNCTION": "orders",
+        "GUARD_TEST_RECORD": str(tmp_path / "loads.txt"),
+    }
+    refused = subprocess.run(
+        ["sh", "-c", line], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "refusing to serve on 0.0.0.0 without authentication" in refused.stderr
+    assert "FLOW_AUTH_FUNCTION_KEYS" in refused.stderr
+
+    key = secrets.token_urlsafe(32)
+    env["FLOW_AUTH_FUNCTION_KEYS"] = json.dumps({"orders": [key]})
+    server = subprocess.Popen(
+        ["sh", "-c", line], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = _http(port, "GET", "/health", {})
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()[0]
+                assert time.monotonic() < deadline, "the image's command did not start"
+                time.sleep(0.2)
+        assert health in (200, 503)  # anonymous; 503 here: no Kafka settings
+        assert _http(port, "POST", "/run?load=initial", {}) == 401
+        assert _http(port, "POST", "/run?load=initial", {"x-functions-key": "x" * 40}) == 401
+        assert _http(port, "GET", "/run?load=initial", {"x-functions-key": key}) == 405
+    finally:
+        server.send_signal(signal.SIGINT)
+        output = server.communicate(timeout=30)[0].decode()
+    assert key not in output and not (tmp_path / "loads.txt").exists()
