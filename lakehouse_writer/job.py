@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer import txn
 from lakehouse_writer.ahead import Ahead
 from lakehouse_writer.apply import ApplyResult, apply_batch
-from lakehouse_writer.catalog import SchemaCatalog
+from lakehouse_writer.catalog import RegistryLookups, SchemaCatalog
 from lakehouse_writer.checkpoint_guard import (
     check_checkpoint,
     check_lakehouse,
@@ -166,7 +166,7 @@ class BatchProcessor:
         self._lake = settings.lakehouse_path.rstrip("/")
         self._tables = TableManager(spark, self._lake, settings.deletion_vectors)
         self._catalog = SchemaCatalog(
-            settings.kafka_client_conf(), settings.schemas_topic, settings.schema_registry_url
+            settings.kafka_client_conf(), settings.schemas_topic, settings.registry
         )
         self._store = StateStore(spark, f"{self._lake}/{STATE}", instance_id)
         self._state: WriterState | None = None
@@ -226,6 +226,11 @@ class BatchProcessor:
             self._truncates,
             self._ahead.creatable,
         )
+
+    @property
+    def registry(self) -> RegistryLookups | None:
+        """The schema registry's lookups (None: no ``SCHEMA_REGISTRY_URL``)."""
+        return self._catalog.registry
 
     @property
     def state(self) -> WriterState:
@@ -395,6 +400,7 @@ class BatchProcessor:
                         batch_id,
                         applier,
                         busy=None if batch.reload is None else batch.reload.info.ref,
+                        topics_of=batch.found.topics_of,
                     )
                 results += [self._record(r, changes) for r in small.results]
                 tags -= small.headers
@@ -408,6 +414,7 @@ class BatchProcessor:
                             tags,
                             batch.found.decoded,
                             applier,
+                            batch.found.topics_of,
                         )
                 for header, entry in decoded.schemas.items():
                     self._expected.saw(header, entry, decoded.keys.get(header, ()))
@@ -638,6 +645,8 @@ def start(
             lambda topic: topic not in system and ours(topic),
         )
     processor = BatchProcessor(spark, settings, instance, warm=not once, ours=ours)
+    if processor.registry is not None:  # a login that fails stops the start, not every row
+        processor.registry.check()
     if not fresh:  # a used checkpoint: the lakehouse must hold what it applied
         last = processor.state.last_batch
         check_lakehouse(spark, settings.lakehouse_path, settings.checkpoint_path, instance, last)

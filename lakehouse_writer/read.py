@@ -37,7 +37,7 @@ from producer_lib.errors import SchemaError
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Collection, Mapping
 
     from pyspark.sql import Column, DataFrame
 
@@ -102,6 +102,7 @@ def decode_batch(
     headers: set[bytes | None],
     decoded: Mapping[bytes, Decoded] | None = None,
     applier: TableApplier | None = None,
+    topics_of: Callable[[bytes], Collection[str]] | None = None,
 ) -> DecodedBatch:
     """Decode the data-topic rows of one batch (``df``: the scan's cached frame).
 
@@ -120,12 +121,20 @@ def decode_batch(
             created or evolved first, and the rows of the schemas the scan did not decode
             are decoded, cached and summarized, several at a time (:func:`_parse_ahead`).
             What fails there is done again one by one, where its errors are reported.
+        topics_of: The topics of the rows of a header
+            (:meth:`~lakehouse_writer.scan.BatchScan.topics_of`): a registry's value schema
+            names none, and its rows' key schemas are those of their topics.
     """
     from pyspark.sql import functions as F
 
     tags = {header_tag(h): h for h in headers if h is not None}
     entries = resolve(set(tags), catalog)
-    keys = {tag: catalog.key_schemas(entry.topic) for tag, entry in entries.items()}
+    keys = {
+        tag: catalog.key_schemas(
+            [entry.topic] if entry.topic or topics_of is None else topics_of(tags[tag])
+        )
+        for tag, entry in entries.items()
+    }
     out = DecodedBatch()
     done: dict[bytes, Decoded] = dict(decoded or {})
     if applier is not None:

@@ -98,6 +98,10 @@ class BatchScan:
     decoded: dict[bytes, Decoded] = field(default_factory=dict)
     _made: list[DataFrame] = field(default_factory=list)
 
+    def topics_of(self, header: bytes) -> set[str]:
+        """The topics whose rows carry ``header``."""
+        return {topic for topic, seen in self.headers.items() if header in seen}
+
     def __len__(self) -> int:
         """The rows of a batch read into the driver (0 for one scanned by Spark)."""
         return 0 if self.raw is None else self.raw.num_rows

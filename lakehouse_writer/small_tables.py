@@ -312,6 +312,7 @@ class SmallTables:
         batch_id: int,
         applier: TableApplier,
         busy: TableRef | None = None,
+        topics_of: Callable[[bytes], Collection[str]] | None = None,
     ) -> Taken:
         """Apply the tables of the batch that are small and take no Spark (see above).
 
@@ -324,12 +325,13 @@ class SmallTables:
             batch_id: The micro-batch.
             applier: Runs the tables' work several at a time.
             busy: A table another step applies in this batch (the reload's), left alone.
+            topics_of: The topics of a header's rows (a registry's schema names none).
         """
         taken = Taken()
         if not self.max_rows:
             return taken
         started = time.monotonic()
-        small = self._small_tables(rows, decoded, stopped, busy, applier)
+        small = self._small_tables(rows, decoded, stopped, busy, applier, topics_of)
         if not small:
             return taken
         outcomes = []
@@ -366,6 +368,7 @@ class SmallTables:
         stopped: Collection[str],
         busy: TableRef | None,
         applier: TableApplier,
+        topics_of: Callable[[bytes], Collection[str]] | None = None,
     ) -> list[_Table]:
         """The batch's tables that may be applied here, made or evolved for their rows.
 
@@ -404,7 +407,8 @@ class SmallTables:
             except LakehouseWriterError:
                 continue  # Spark's path reports it (and stops the table)
             if info.keys and _plain(info) and self._small.takes(info, rows[header]):
-                keys = candidates(schema, self._catalog.key_schemas(topic))
+                topics = [topic] if topic or topics_of is None else topics_of(header)
+                keys = candidates(schema, self._catalog.key_schemas(topics))
                 applied = self._truncates.of(ref.qualified)
                 small.append(_Table(ref, header, schema_json, schema, keys, info, applied))
         return small

@@ -7,5 +7,6 @@ pytest_plugins = (
     "tests.support.kafka",
     "tests.support.postgres",
     "tests.support.registry",
+    "tests.support.registry_login",
     "tests.support.spark",
 )

@@ -200,3 +200,41 @@ def test_schema_registry_unconfigured():
 def test_schema_registry_user_without_password():
     with pytest.raises(ConfigError, match="set both or neither"):
         SchemaRegistrySettings(url="http://r", basic_auth_user="u")
+
+
+def test_schema_registry_bearer_token_and_tls_from_env(monkeypatch):
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", "https://registry")
+    monkeypatch.setenv("SCHEMA_REGISTRY_BEARER_AUTH_TOKEN", SECRET)
+    monkeypatch.setenv("SCHEMA_REGISTRY_BEARER_AUTH_LOGICAL_CLUSTER", "lsrc-1")
+    monkeypatch.setenv("SCHEMA_REGISTRY_SSL_CA_LOCATION", "/etc/ca.pem")
+    monkeypatch.setenv("SCHEMA_REGISTRY_SSL_CERTIFICATE_LOCATION", "/etc/me.pem")
+    monkeypatch.setenv("SCHEMA_REGISTRY_SSL_KEY_LOCATION", "/etc/me.key")
+    registry = SchemaRegistrySettings()
+    assert registry.to_client_config() == {
+        "url": "https://registry",
+        "bearer.auth.credentials.source": "STATIC_TOKEN",
+        "bearer.auth.token": SECRET,
+        "bearer.auth.logical.cluster": "lsrc-1",
+        "ssl.ca.location": "/etc/ca.pem",
+        "ssl.certificate.location": "/etc/me.pem",
+        "ssl.key.location": "/etc/me.key",
+    }
+    assert registry.login == "SCHEMA_REGISTRY_BEARER_AUTH_TOKEN"
+    assert SECRET not in repr(registry)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"basic_auth_user": "u", "basic_auth_password": SECRET, "bearer_auth_token": SECRET},
+            "two ways to log in",
+        ),
+        ({"ssl_key_location": "/k"}, "needs SCHEMA_REGISTRY_SSL_CERTIFICATE_LOCATION"),
+    ],
+    ids=["basic-and-bearer", "key-without-certificate"],
+)
+def test_schema_registry_login_settings_that_contradict(values, message):
+    with pytest.raises(ConfigError, match=message) as raised:
+        SchemaRegistrySettings(url="https://r", **values)
+    assert SECRET not in str(raised.value)
