@@ -13,7 +13,12 @@ following DESIGN.md ("Row types", "Ordering and time") and nothing of the writer
   (``__change_type`` = ``P``; with no stored row the archived image itself is kept);
 - G also leaves no current data file holding the deleted image;
 - without a primary key the table is append-only: I/U/A/R append, T truncates, D/X/G are
-  rejected.
+  rejected;
+- a sequence may change its table's schema between the writer's two runs (:data:`CHANGES`):
+  a decimal widened or narrowed, a timestamp's unit from milliseconds to microseconds — the
+  table then holds every value exactly as sent — or a change no Delta table takes (a scale
+  that loses integer digits, a decimal turned into a long, another primary key): the table
+  stops, and every row of the new version lands in ``_rejected``.
 
 Every message carries a unique ``SEQ`` (a payload column) so a test can find each change's
 partition and offset on Kafka, which the model needs to order the rows of a transaction.
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -32,11 +39,27 @@ KEY_VALUES: dict[str, tuple[Any, ...]] = {"K1": (1, 2, 3), "K2": ("a", "b")}
 REGIONS = ("A", "B", None)  # REGION: the nullable scope column
 GROUPS = (1, 2)  # GRP: a non-nullable int scope column
 NOTES = (None, "x", "yy", "ü")  # NOTE: a nullable payload column
-PAYLOAD = ("REGION", "GRP", "NOTE")
+UNITS = (None, 0, 1, 2)  # AMT and TS: a nullable decimal and timestamp, typed per version
+PAYLOAD = ("REGION", "GRP", "NOTE", "AMT", "TS")
 SEQ_BASE = 1000  # SEQ values never collide with the small ints of K1/GRP
 UPSERTS, DELETES = ("I", "U", "A", "R"), ("D", "X", "G")
 ACTIONS = {**dict.fromkeys(UPSERTS, "upsert"), **dict.fromkeys(DELETES, "delete"), "P": "archive"}
 Position = tuple[int, int]  # (partition, offset)
+
+# Schema changes between the writer's runs: (AMT's Avro decimal, or "long"), TS's unit, and
+# whether the table stops (anything but a widening, a narrower decimal or a timestamp unit).
+AMT_V1 = (10, 2)
+CHANGES: dict[str, tuple[tuple[int, int] | str, str]] = {
+    "widen": ((12, 4), "millis"),
+    "narrow": ((6, 1), "millis"),
+    "ts-unit": (AMT_V1, "micros"),
+    "rescale": ((10, 4), "millis"),  # scale 4 at precision 10 loses two integer digits
+    "to-long": ("long", "millis"),
+    "key-none": (AMT_V1, "millis"),
+    "key-narrower": (AMT_V1, "millis"),
+}
+STOPS = frozenset({"rescale", "to-long", "key-none", "key-narrower"})
+_NOON = datetime(2021, 6, 1, 12, 0, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,7 @@ class Sequence:
     partitions: int
     transactions: tuple[Transaction, ...]
     first_run: int = 0
+    change: str | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -100,6 +124,40 @@ class Sequence:
     def changes(self) -> Iterable[tuple[Transaction, Change]]:
         """Every change with its transaction, in produce order."""
         return ((t, c) for t in self.transactions for c in t.changes)
+
+    def version(self, index: int) -> int:
+        """The schema version transaction ``index`` is produced with (2 after a change)."""
+        return 2 if self.change is not None and index >= self.first_run else 1
+
+    def keys_of(self, version: int) -> tuple[str, ...]:
+        """The primary key of schema ``version``."""
+        if version == 1 or self.change not in ("key-none", "key-narrower"):
+            return self.keys
+        return () if self.change == "key-none" else self.keys[:1]
+
+    def amount_type(self, version: int) -> tuple[int, int] | str:
+        """AMT's type in schema ``version``: (precision, scale), or ``"long"``."""
+        return AMT_V1 if version == 1 or self.change is None else CHANGES[self.change][0]
+
+    def time_unit(self, version: int) -> str:
+        """TS's unit in schema ``version``: ``millis`` or ``micros``."""
+        return "millis" if version == 1 or self.change is None else CHANGES[self.change][1]
+
+    def typed(self, version: int, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` as produced with schema ``version``: AMT and TS from their units."""
+        amount, unit = values.get("AMT"), values.get("TS")
+        kind = self.amount_type(version)
+        if amount is not None:
+            amount = amount * 11 if kind == "long" else _decimal(amount, kind[1])  # type: ignore[index]
+        if unit is not None:
+            fine = timedelta(microseconds=123_457 if self.time_unit(version) == "micros" else 0)
+            unit = _NOON + timedelta(seconds=unit, milliseconds=250) + fine
+        return {**values, "AMT": amount, "TS": unit}
+
+
+def _decimal(unit: int, scale: int) -> Decimal:
+    """11 times ``unit`` with ``scale`` decimals of 2345: 11.23, 11.2345, 11.2 ..."""
+    return Decimal(unit * 11) + Decimal("0.2345").quantize(Decimal(1).scaleb(-scale), "ROUND_DOWN")
 
 
 @dataclass(frozen=True)
@@ -122,11 +180,40 @@ def sort_key(row: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
     return tuple((v is None, str(v)) for v in row)
 
 
+def normalized(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``rows`` sorted, a decimal without trailing zeros, a timestamp naive in UTC.
+
+    The table shows a decimal at its column's scale (``11.20`` for ``11.2`` sent at scale 1)
+    and a timestamp without a zone (Spark's session is UTC).
+    """
+
+    def one(value: Any) -> Any:
+        if isinstance(value, Decimal):
+            return value.normalize()
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    return sorted((tuple(one(v) for v in row) for row in rows), key=sort_key)
+
+
 def _truncate(rows: dict[Any, tuple[Mapping[str, Any], str]], txn: Transaction) -> None:
     """Every stored row is older than ``txn``: delete those in the scope of its TRUNCATEs."""
     for scope in (c.scope or {} for c in txn.changes if c.code == "T"):
         for key in [k for k, (v, _) in rows.items() if all(v[c] == x for c, x in scope.items())]:
             del rows[key]
+
+
+def _applied(seq: Sequence) -> tuple[list[tuple[int, Transaction]], frozenset[int]]:
+    """The committed transactions the table takes (with their index), and the SEQs it refuses.
+
+    A schema change the table cannot take stops it: every row of the new version is refused.
+    """
+    committed = [(i, t) for i, t in enumerate(seq.transactions) if t.committed]
+    if seq.change not in STOPS:
+        return committed, frozenset()
+    refused = frozenset(c.seq for i, t in committed if i >= seq.first_run for c in t.changes)
+    return [(i, t) for i, t in committed if i < seq.first_run], refused
 
 
 def expected(seq: Sequence, positions: Mapping[int, Position]) -> Expected:
@@ -135,7 +222,14 @@ def expected(seq: Sequence, positions: Mapping[int, Position]) -> Expected:
         return _expected_append_only(seq)
     rows: dict[tuple[Any, ...], tuple[Mapping[str, Any], str]] = {}
     purged: set[int] = set()
-    for txn in (t for t in seq.transactions if t.committed):
+    applied, refused = _applied(seq)
+    for index, txn in applied:
+        txn = replace(
+            txn,
+            changes=tuple(
+                replace(c, values=seq.typed(seq.version(index), c.values)) for c in txn.changes
+            ),
+        )
         _truncate(rows, txn)
         for key, (action, change) in _winners(seq, txn, positions).items():
             stored = rows.get(key)
@@ -147,8 +241,8 @@ def expected(seq: Sequence, positions: Mapping[int, Position]) -> Expected:
                 rows[key] = (stored[0] if stored else change.values, "P")
             else:
                 rows[key] = (change.values, change.code)
-    table = [(*(v[c] for c in seq.columns), code) for v, code in rows.values()]
-    return Expected(sorted(table, key=sort_key), frozenset(), frozenset(purged))
+    table = [(*(v.get(c) for c in seq.columns), code) for v, code in rows.values()]
+    return Expected(normalized(table), refused, frozenset(purged))
 
 
 def _winners(
@@ -174,32 +268,38 @@ def _winners(
 
 def _expected_append_only(seq: Sequence) -> Expected:
     rows: dict[int, tuple[Mapping[str, Any], str]] = {}
-    rejected: set[int] = set()
-    for txn in (t for t in seq.transactions if t.committed):
+    applied, refused = _applied(seq)
+    rejected: set[int] = set(refused)
+    for index, txn in applied:
         _truncate(rows, txn)
         for change in txn.changes:
             if change.code in UPSERTS:
-                rows[change.seq] = (change.values, change.code)
+                rows[change.seq] = (seq.typed(seq.version(index), change.values), change.code)
             elif change.code in DELETES:
                 rejected.add(change.seq)
-    table = [(*(v[c] for c in seq.columns), code) for v, code in rows.values()]
-    return Expected(sorted(table, key=sort_key), frozenset(rejected), frozenset())
+    table = [(*(v.get(c) for c in seq.columns), code) for v, code in rows.values()]
+    return Expected(normalized(table), frozenset(rejected), frozenset())
 
 
 def landing(seq: Sequence, positions: Mapping[int, Position]) -> list[str]:
     """What breaks DESIGN's placement: a committed row missing, an explicit partition not
     kept, a key travelling two partitions by default (``positions``: as found on Kafka)."""
     problems, home = [], {}
-    for txn, change in seq.changes():
-        where = positions.get(change.seq)
-        if where is None:
-            problems += [f"{seq.name}: SEQ {change.seq} is not on Kafka"] if txn.committed else []
-        elif change.partition is not None and where[0] != change.partition:
-            problems.append(f"{seq.name}: SEQ {change.seq} not on partition {change.partition}")
-        elif change.partition is None and seq.keys and change.code != "T":
-            key = tuple(change.values[k] for k in seq.keys)
-            if home.setdefault(key, where[0]) != where[0]:
-                problems.append(f"{seq.name}: key {key} travelled two partitions by default")
+    for index, txn in enumerate(seq.transactions):
+        keys = seq.keys_of(seq.version(index))  # a changed key is another key
+        for change in txn.changes:
+            where = positions.get(change.seq)
+            if where is None:
+                missing = f"{seq.name}: SEQ {change.seq} is not on Kafka"
+                problems += [missing] if txn.committed else []
+            elif change.partition is not None and where[0] != change.partition:
+                problems.append(f"{seq.name}: SEQ {change.seq} not on partition {change.partition}")
+            elif change.partition is None and keys and change.code != "T":
+                key = (keys, *(change.values[k] for k in keys))
+                if home.setdefault(key, where[0]) != where[0]:
+                    problems.append(
+                        f"{seq.name}: key {key[1:]} travelled two partitions by default"
+                    )
     return problems
 
 
@@ -210,7 +310,15 @@ def transaction(*rows: tuple[str, int, int, int]) -> Transaction:
         tuple(
             Change(
                 code,
-                {"K1": k, "REGION": None, "GRP": 1, "NOTE": f"n{n}", "SEQ": n},
+                {
+                    "K1": k,
+                    "REGION": None,
+                    "GRP": 1,
+                    "NOTE": f"n{n}",
+                    "AMT": None,
+                    "TS": None,
+                    "SEQ": n,
+                },
                 p,
                 pair=0 if code in ("B", "U") else None,
             )
@@ -225,7 +333,11 @@ def transaction(*rows: tuple[str, int, int, int]) -> Transaction:
 def _image(keys: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
     fields = {k: st.sampled_from(KEY_VALUES[k]) for k in keys or ("K1",)}
     fields.update(
-        REGION=st.sampled_from(REGIONS), GRP=st.sampled_from(GROUPS), NOTE=st.sampled_from(NOTES)
+        REGION=st.sampled_from(REGIONS),
+        GRP=st.sampled_from(GROUPS),
+        NOTE=st.sampled_from(NOTES),
+        AMT=st.sampled_from(UNITS),
+        TS=st.sampled_from(UNITS),
     )
     return st.fixed_dictionaries(fields)
 
@@ -255,7 +367,7 @@ def _step(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> li
     if code != "pair":
         values = draw(_image(keys))
         if code == "X":  # only key fields are set (GRP cannot be null in Avro)
-            values.update(REGION=None, GRP=0, NOTE=None)
+            values.update(REGION=None, GRP=0, NOTE=None, AMT=None, TS=None)
         return [Change(code, values, draw(_partition(partitions)))]
     before, after = draw(_image(keys)), draw(_image(keys))
     if draw(st.booleans()):  # paired by a shared row id, each on any partition
@@ -280,7 +392,12 @@ def sequences(draw: Any, name: str = "S", scoped: bool = True) -> Sequence:
     partitions = draw(st.integers(2, 3))
     txns = draw(st.lists(_transaction(keys, partitions, scoped), min_size=1, max_size=5))
     first_run = draw(st.sampled_from([len(txns)] * 3 + list(range(1, len(txns)))))
-    return _numbered(Sequence(name, keys, partitions, tuple(txns), first_run))
+    change = None
+    if first_run < len(txns):  # a schema change between the writer's runs, now and then
+        kinds = [k for k in CHANGES if k != "key-none" or keys]
+        kinds = [k for k in kinds if k != "key-narrower" or len(keys) > 1]
+        change = draw(st.sampled_from([None, None, *kinds]))
+    return _numbered(Sequence(name, keys, partitions, tuple(txns), first_run, change))
 
 
 def generate(count: int, scoped: bool, generation_seed: int) -> list[Sequence]:
@@ -333,7 +450,18 @@ def _change(
 ) -> Change:
     """A hand-written change on partition 0 with a REGION (what a scoped TRUNCATE looks at)."""
     return Change(
-        code, {"K1": k, "REGION": region, "GRP": 1, "NOTE": f"n{seq}", "SEQ": seq}, 0, scope=scope
+        code,
+        {
+            "K1": k,
+            "REGION": region,
+            "GRP": 1,
+            "NOTE": f"n{seq}",
+            "AMT": None,
+            "TS": None,
+            "SEQ": seq,
+        },
+        0,
+        scope=scope,
     )
 
 
@@ -418,6 +546,26 @@ FIXED_WRITER_BUGS: dict[str, Sequence] = {
 """Minimal sequences of writer bugs found by the random test and fixed; each runs strictly,
 all in one micro-batch (where the bugs showed)."""
 
+
+def _changed(kind: str) -> Sequence:
+    """Two rows, a writer run, then schema change ``kind``: an update and a third row."""
+    keys = ("K1", "K2") if kind == "key-narrower" else ("K1",)
+
+    def row(code: str, k: int, unit: int, seq: int) -> Change:
+        values = {"K1": k, "K2": "a"} if "K2" in keys else {"K1": k}
+        values |= {"REGION": "A", "GRP": 1, "NOTE": f"n{seq}", "AMT": unit, "TS": unit}
+        return Change(code, {**values, "SEQ": seq}, 0)
+
+    txns = (
+        Transaction((row("I", 1, 1, 1000), row("I", 2, 2, 1001))),
+        Transaction((row("U", 1, 2, 1002), row("I", 3, 0, 1003))),
+    )
+    return Sequence("S000", keys, 2, txns, first_run=1, change=kind)
+
+
+SCHEMA_CHANGES: dict[str, Sequence] = {kind: _changed(kind) for kind in CHANGES}
+"""One sequence per schema change between two writer runs; each runs strictly."""
+
 CAPPED_BATCHES: dict[str, tuple[Sequence, int]] = {
     # a transaction split by the batch end: its D (p0, 2nd batch) deleted the I of p1 (1st
     # batch), though the last row by (partition, offset) is the I
@@ -463,7 +611,8 @@ def describe(seq: Sequence, positions: Mapping[int, Position] | None = None) -> 
         if seq.first_run < len(seq.transactions)
         else "one writer run at the end"
     )
-    lines = [f"table {seq.name}: key {keys}, {seq.partitions} partitions, {runs}"]
+    changed = f"; schema change {seq.change} before the second run" if seq.change else ""
+    lines = [f"table {seq.name}: key {keys}, {seq.partitions} partitions, {runs}{changed}"]
     for number, txn in enumerate(seq.transactions, 1):
         lines.append(f"  txn {number} {'committed' if txn.committed else 'ABORTED'}:")
         for change in txn.changes:
