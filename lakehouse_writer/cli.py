@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from functools import partial
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "LAKEHOUSE_TRIGGER_INTERVAL_S": getattr(args, "trigger_interval", None),
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": getattr(args, "max_offsets_per_trigger", None),
         "KAFKA_BOOTSTRAP_SERVERS": getattr(args, "bootstrap_servers", None),
+        "LAKEHOUSE_CONNECT_TIMEOUT_S": getattr(args, "connect_timeout", None),
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -209,19 +211,19 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
     from lakehouse_writer.failure import keep_traces_off_stderr, report_failure
-    from lakehouse_writer.probe import connect_timeout, probe_kafka
+    from lakehouse_writer.probe import probe_kafka
     from lakehouse_writer.session import refuse_spark_connect
     from lakehouse_writer.storage import is_local
     from lakehouse_writer.watch import watching
 
     try:
         refuse_spark_connect(dict(args.conf))  # before anything starts
-        timeout = connect_timeout(args.connect_timeout)
+        timeout = settings.connect_timeout_s
         # Kafka is asked before Spark's ~10 s start, unless the checkpoint is on a Hadoop
         # file system: only Spark can write there that Kafka did not answer.
-        spark = None if is_local(settings.checkpoint_path) else start_session(args)
+        spark = None if is_local(settings.checkpoint_path) else start_session(args, settings)
         probe_kafka(settings.kafka_client_conf(), timeout)
-        spark = spark or start_session(args)
+        spark = spark or start_session(args, settings)
         keep_traces_off_stderr(spark)
         with watching(settings):  # LAKEHOUSE_METRICS_PORT, LAKEHOUSE_MONITOR_GROUP
             job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
@@ -231,7 +233,9 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
         raise report_failure(settings, exc) from exc
 
 
-def start_session(args: argparse.Namespace) -> SparkSession:
+def start_session(
+    args: argparse.Namespace, settings: LakehouseSettings | None = None
+) -> SparkSession:
     """The writer's session for ``run``'s arguments (master, ``--conf``, ``--jars``).
 
     Raises:
@@ -240,7 +244,7 @@ def start_session(args: argparse.Namespace) -> SparkSession:
     """
     from lakehouse_writer.session import build_spark_session, check_connectors, resolve_master
 
-    master = resolve_master(args.master)
+    master = resolve_master(args.master, configured=settings.spark_master if settings else None)
     continuous = args.command == "run" and not getattr(args, "once", False)  # watchable: UI on
     spark = build_spark_session(master=master, jars=args.jars, conf=dict(args.conf), ui=continuous)
     log.info(
@@ -260,13 +264,14 @@ def admin_command(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     try:
         settings = LakehouseSettings(**_overrides(args))
+        session = partial(start_session, args, settings)
         if args.command == "maintain":
             return maintain_command(
-                lambda: start_session(args), settings.lakehouse_path, args.table, args.dry_run
+                session, settings.lakehouse_path, args.table, args.dry_run, settings.maintain
             )
         if args.command == "status":
-            return status_command(settings, lambda: start_session(args), as_json=args.json)
-        return resume_command(settings, lambda: start_session(args), args.table, args.force)
+            return status_command(settings, session, as_json=args.json)
+        return resume_command(settings, session, args.table, args.force)
     except ConfigError as exc:
         print(f"lakehouse-writer: {exc}", file=sys.stderr)
         return 2

@@ -146,12 +146,12 @@ def maintain_tables(
         spark: A session with Delta.
         lakehouse: The lakehouse root.
         tables: ``NAMESPACE.NAME`` of the tables to maintain (None: every table there).
-        settings: Default: :meth:`MaintainSettings.from_env`.
+        settings: Default: :class:`MaintainSettings`'s defaults.
         budget_s: No table is started once this many seconds have passed (a started one
             finishes); None: no bound. Tables not reached have no report.
         dry_run: Plan only; change nothing.
     """
-    settings = settings or MaintainSettings.from_env()
+    settings = settings or MaintainSettings()
     if tables is None:
         targets = find_tables(spark, lakehouse)
     else:
@@ -321,10 +321,10 @@ def maintain_command(
     lakehouse: str,
     tables: Sequence[str] | None,
     dry_run: bool,
+    settings: MaintainSettings,
     out: Callable[[str], None] = print,
 ) -> int:
     """``lakehouse-writer maintain``: a pass, a line per table; returns the exit code."""
-    settings = MaintainSettings.from_env()
     spark = spark_factory()
     started = time.monotonic()
     reports = maintain_tables(spark, lakehouse, tables, settings, None, dry_run)
