@@ -24,7 +24,8 @@ class FlowSettings(EnvSettings):
             (``AZURE_FUNCTIONS_ENVIRONMENT``, set by the host): the default of
             ``environment``, in lower case.
         environment: Deployment environment, part of every transactional id
-            (``FLOW_ENVIRONMENT``): see :func:`get_environment`.
+            (``FLOW_ENVIRONMENT``); default: ``AZURE_FUNCTIONS_ENVIRONMENT`` in lower case,
+            else ``dev`` (:func:`get_environment`).
     """
 
     model_config = SettingsConfigDict(env_prefix="FLOW_")

@@ -21,8 +21,8 @@ class LogSettings(EnvSettings):
         format: ``text`` (one ``time level logger message`` line) or ``json`` (one JSON
             object a line, for a log shipper; ``LOG_FORMAT``).
         level: The least level logged (``LOG_LEVEL``): DEBUG, INFO, WARNING, ERROR or
-            CRITICAL; None: each command's own default (INFO, WARNING for the writer's
-            operator commands).
+            CRITICAL; unset: each command's own (INFO; WARNING for the writer's status,
+            resume-table and maintain).
     """
 
     _what: ClassVar[str] = "log settings"
