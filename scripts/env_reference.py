@@ -60,8 +60,7 @@ SECTIONS: list[tuple[str, str, list[type[EnvSettings]]]] = [
     ),
     (
         "Flows",
-        "Where a flow runs and how its HTTP triggers answer (`FlowSettings`, "
-        "`TriggerSettings`).",
+        "Where a flow runs and how its HTTP triggers answer (`FlowSettings`, `TriggerSettings`).",
         [FlowSettings, TriggerSettings],
     ),
     (
@@ -74,7 +73,7 @@ SECTIONS: list[tuple[str, str, list[type[EnvSettings]]]] = [
     (
         "Logs",
         "The log lines of `producer-lib`, `lakehouse-writer`, `devstack` and the flow-repo "
-        "template's function app (`LogSettings`); see docs/OPERATIONS.md, \"Logs\".",
+        'template\'s function app (`LogSettings`); see docs/OPERATIONS.md, "Logs".',
         [LogSettings],
     ),
     (
@@ -221,8 +220,7 @@ BY_NAME: list[tuple[str, str, list[ByName]]] = [
             ByName(
                 "KAFKA_BOOTSTRAP_SERVERS",
                 "unset",
-                "Set: the tests, the benchmarks and the demo use that cluster and start no "
-                "broker.",
+                "Set: the tests, the benchmarks and the demo use that cluster and start no broker.",
             ),
         ],
     ),
@@ -249,9 +247,7 @@ BY_NAME: list[tuple[str, str, list[ByName]]] = [
                 "The `lakehouse` flow's topic.",
             ),
             ByName("POSTGRES_FLOW_DSN", "required", "The `postgres_flow` flow's database."),
-            ByName(
-                "POSTGRES_FLOW_TOPIC_PREFIX", "`shopdb.`", "The `postgres_flow` flow's topics."
-            ),
+            ByName("POSTGRES_FLOW_TOPIC_PREFIX", "`shopdb.`", "The `postgres_flow` flow's topics."),
             ByName("REST_FLOW_BASE_URL", "required", "The `rest_flow` flow's API."),
             ByName("REST_FLOW_TOPIC", "`shop_api.orders`", "The `rest_flow` flow's topic."),
             ByName("REST_FLOW_PAGE_SIZE", "100", "Rows per page the `rest_flow` flow asks for."),
