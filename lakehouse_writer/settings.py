@@ -22,6 +22,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 
 from lakehouse_writer.retention import MaintainSettings
 from producer_lib.settings import EnvSettings, KafkaSettings, SchemaRegistrySettings
+from producer_lib.settings.base import blank_is_unset
 
 # Kafka's own internal topics start with "__"; `_schemas` holds the catalog, not rows.
 DEFAULT_TOPICS_REGEX = r"(?!__|_flow_schemas$|_schemas$).+"
@@ -162,6 +163,21 @@ class LakehouseSettings(EnvSettings):
     small_file_bytes: int = Field(32 << 20, ge=0, validation_alias="LAKEHOUSE_SMALL_FILE_BYTES")
     compact_min_files: int = Field(16, ge=0, validation_alias="LAKEHOUSE_COMPACT_MIN_FILES")
     _kafka: KafkaSettings = PrivateAttr()
+
+    # These were read with os.environ.get(...) before, where an empty value meant the default.
+    _blank_is_unset = field_validator(
+        "connect_timeout_s",
+        "apply_workers",
+        "spark_master",
+        "maintain_interval_s",
+        "maintain_budget_s",
+        "history_retention_hours",
+        "gdpr_completion_hours",
+        "small_file_bytes",
+        "compact_min_files",
+        "schemas_topic",  # FLOW_SCHEMAS_TOPIC= means _flow_schemas, as on the producer's side
+        mode="before",
+    )(blank_is_unset)
 
     @field_validator("lakehouse_path", "checkpoint_path")
     @classmethod

@@ -11,11 +11,12 @@ import re
 from typing import Any, ClassVar
 
 from pydantic import SecretStr, ValidationError
+from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from producer_lib.errors import ConfigError
 
-__all__ = ["MASK", "EnvSettings", "env_name", "present", "reveal"]
+__all__ = ["MASK", "EnvSettings", "blank_is_unset", "env_name", "present", "reveal"]
 
 MASK = "**********"
 _PARSE_FAILURE = re.compile(r'field "(\w+)"')  # pydantic-settings names the field it cannot parse
@@ -91,3 +92,14 @@ def present(value: str | SecretStr | None) -> bool:
 def reveal(secret: SecretStr | None) -> str:
     """The secret's value for a client library's configuration; ``""`` when unset."""
     return secret.get_secret_value() if secret is not None else ""
+
+
+def blank_is_unset(value: object) -> object:
+    """A ``mode="before"`` validator: an empty or blank variable counts as not set.
+
+    For settings that were read with ``os.environ.get(NAME, "").strip() or default`` before
+    they became fields: ``NAME=`` keeps meaning the default.
+    """
+    if isinstance(value, str) and not value.strip():
+        raise PydanticUseDefault()
+    return value

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from producer_lib.settings.base import EnvSettings
+from producer_lib.settings.base import EnvSettings, blank_is_unset
 
 __all__ = ["FlowSettings", "TriggerSettings", "get_environment"]
 
@@ -52,6 +52,8 @@ class TriggerSettings(EnvSettings):
     _what: ClassVar[str] = "trigger settings"
 
     http_wait_s: float = Field(default=200.0, ge=0, allow_inf_nan=False)
+
+    _blank_is_unset = field_validator("http_wait_s", mode="before")(blank_is_unset)
 
 
 def get_environment() -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from producer_lib.errors import ConfigError
-from producer_lib.settings.base import EnvSettings, present, reveal
+from producer_lib.settings.base import EnvSettings, blank_is_unset, present, reveal
 
 __all__ = ["SchemaRegistrySettings"]
 
@@ -36,6 +36,8 @@ class SchemaRegistrySettings(EnvSettings):
     schemas_topic: str = Field(
         default="_flow_schemas", min_length=1, validation_alias="FLOW_SCHEMAS_TOPIC"
     )
+
+    _blank_is_unset = field_validator("schemas_topic", mode="before")(blank_is_unset)
 
     @model_validator(mode="after")
     def _check_auth(self) -> SchemaRegistrySettings:
