@@ -11,11 +11,16 @@ variable has a row of its own in the reference.
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import re
 from pathlib import Path
 
 import pytest
 
+import lakehouse_writer
+import producer_lib
+from producer_lib.settings import EnvSettings
 from scripts import env_reference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +111,36 @@ def documented() -> set[str]:
 def test_the_reference_is_generated_from_the_current_settings():
     current = (REPO / "docs" / "ENVIRONMENT.md").read_text()
     assert current == env_reference.render(), "run: .venv/bin/python scripts/env_reference.py"
+
+
+def settings_classes() -> set[type[EnvSettings]]:
+    """Every settings class of the two libraries (each module imported, ``__main__`` not)."""
+    for package in (producer_lib, lakehouse_writer):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if not module.name.endswith("__main__"):
+                importlib.import_module(module.name)
+    found: set[type[EnvSettings]] = set()
+    pending = list(EnvSettings.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls.__module__.startswith(("producer_lib.", "lakehouse_writer.")):
+            found.add(cls)
+        pending += cls.__subclasses__()
+    return found
+
+
+def test_every_settings_class_has_a_section():
+    """A new settings class (a new system) must be added to scripts/env_reference.py."""
+    listed = {cls for _, _, classes in env_reference.SECTIONS for cls in classes}
+    missing = {
+        cls.__qualname__
+        for cls in settings_classes() - listed
+        # a subclass that only renames a listed class (KafkaSecretSettings) reads its variables
+        if not any(
+            issubclass(cls, s) and cls.model_fields.keys() == s.model_fields.keys() for s in listed
+        )
+    }
+    assert not missing, f"settings classes missing from scripts/env_reference.py: {missing}"
 
 
 def test_the_scanner_finds_the_ways_the_code_reads_the_environment(tmp_path):
