@@ -25,12 +25,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 from devstack import broker, cluster, jars, registry, secure
 from devstack.errors import DevstackError
+from producer_lib._version import installed_version
+from producer_lib.errors import ConfigError
+from producer_lib.logs import configure_logging, say_error
 
 EXIT_NOT_RUNNING = 3
 
@@ -38,11 +40,15 @@ EXIT_NOT_RUNNING = 3
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``devstack`` command; return the exit code."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="devstack: %(message)s")
+    try:
+        configure_logging(text_format="devstack: %(message)s")
+    except ConfigError as exc:  # LOG_FORMAT or LOG_LEVEL
+        say_error("devstack", f"error: {exc}")
+        return 2
     try:
         return int(args.func(args))
     except DevstackError as exc:
-        print(f"devstack: error: {exc}", file=sys.stderr)
+        say_error("devstack", f"error: {exc}")
         return 1
 
 
@@ -196,16 +202,26 @@ def _jars(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="devstack", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="devstack",
+        description="The local stack for the demo and the tests, without Docker: a real Apache\n"
+        "Kafka broker (KRaft, transactions on) from Maven Central jars on 127.0.0.1:19092\n"
+        "(DEVSTACK_KAFKA_PORT), and on request a schema registry, a secured broker or a\n"
+        "three-broker cluster. State lives in .devstack/ (DEVSTACK_HOME).",
+        epilog='examples:\n  devstack up\n  eval "$(devstack env)"\n  devstack status\n'
+        "  devstack down\n\nLogs go to stderr: LOG_FORMAT=json for one JSON object a line.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, func, text in [
-        ("up", _up, "start the local Kafka broker (idempotent)"),
-        ("down", _down, "stop what devstack started"),
-        ("status", _status, "show what runs"),
-        ("env", _env, "print the environment that points clients at the stack"),
-        ("jars", _jars, "resolve the JVM jars with Maven"),
+        ("up", _up, "start the local Kafka broker; running it twice is fine"),
+        ("down", _down, "stop what devstack started, nothing else"),
+        ("status", _status, "show what runs; exit 0 when the broker runs, 3 when not"),
+        ("env", _env, 'print KAFKA_BOOTSTRAP_SERVERS=... for eval "$(devstack env)"'),
+        ("jars", _jars, "resolve the JVM jars with Maven (up does it when needed)"),
     ]:
-        cmd = sub.add_parser(name, help=text)
+        cmd = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         cmd.set_defaults(func=func)
         if name in {"up", "down", "status", "env"}:
             cmd.add_argument(

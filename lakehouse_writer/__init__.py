@@ -29,6 +29,9 @@ from lakehouse_writer.errors import (
 from lakehouse_writer.job import BatchProcessor, run
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.tables import TableInfo, TableManager, TableRef
+from producer_lib._version import installed_version
+
+__version__ = installed_version()  # one distribution, flow-platform: producer_lib's version
 
 __all__ = [
     "ApplyError",

@@ -26,7 +26,7 @@ from lakehouse_writer.status import (
 )
 from lakehouse_writer.stopped import StateTable, instance_of, resume_table
 from lakehouse_writer.storage import is_local
-from lakehouse_writer.watch import WatchSettings, monitor_group_of
+from lakehouse_writer.watch import monitor_group_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,7 +92,7 @@ def read_report(settings: LakehouseSettings, spark: SparkSession | None = None) 
         report.stopped_tables = dict(status.get("stopped_tables") or {})
         report.stopped_from = STATUS_FILE
     if report.instance is not None:
-        report.monitor_group = monitor_group_of(WatchSettings(), report.instance)
+        report.monitor_group = monitor_group_of(settings, report.instance)
     _judge(report)
     return report
 

@@ -26,50 +26,110 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from producer_lib._version import installed_version
 from producer_lib.errors import ConfigError
+from producer_lib.logs import configure_logging, say_error
+from producer_lib.settings import LogSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakehouse_writer.settings import LakehouseSettings
 
-__all__ = ["main", "run_command"]
+__all__ = ["jvm_logging", "main", "run_command"]
 
 log = logging.getLogger(__name__)
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+_DESCRIPTION = """\
+Apply the change rows that flows publish to Kafka to Delta Lake tables, exactly once.
+
+Tables land at <lakehouse>/<namespace>/<table>; rows that cannot be decoded or applied land
+in the table _rejected. Kafka is reached with the flows' settings (KAFKA_BOOTSTRAP_SERVERS,
+KAFKA_SECURITY_PROTOCOL, ...); every variable is listed in docs/ENVIRONMENT.md.
+"""
+_EPILOG = """\
+examples:
+  lakehouse-writer run --lakehouse ./lake --checkpoint ./ckpt --once
+  lakehouse-writer run --lakehouse /data/lake --checkpoint /data/ckpt --trigger-interval 5
+  lakehouse-writer status --lakehouse ./lake --checkpoint ./ckpt
+  lakehouse-writer resume-table SHOP.ORDERS --lakehouse ./lake --checkpoint ./ckpt
+  lakehouse-writer maintain --lakehouse ./lake --dry-run
+
+Logs go to stderr: LOG_FORMAT=json for one JSON object a line, LOG_LEVEL=DEBUG for more.
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lakehouse-writer", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="lakehouse-writer",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     where, spark = _where_arguments(), _spark_arguments()
-    run = sub.add_parser("run", parents=[where, spark], help="apply Kafka change rows to Delta")
-    run.add_argument("--topics", help="Java regex of topics to read (LAKEHOUSE_TOPICS_REGEX)")
-    run.add_argument("--once", action="store_true", help="drain what is there, then exit")
-    run.add_argument("--trigger-interval", type=float, help="seconds between micro-batches")
-    run.add_argument("--max-offsets-per-trigger", type=int, help="bound of one micro-batch")
-    run.add_argument("--bootstrap-servers", help="Kafka bootstrap (KAFKA_BOOTSTRAP_SERVERS)")
+    run = sub.add_parser(
+        "run",
+        parents=[where, spark],
+        help="apply the change rows of Kafka topics to Delta tables",
+        description="Read the topics (read_committed) and apply their rows to Delta tables, "
+        "continuously or, with --once, until what is there now is applied. SIGTERM or Ctrl-C "
+        "stop it after the current batch. Exit code 0: stopped or drained, 1: failed (the "
+        "last line names the cause), 2: a bad setting.",
+    )
+    run.add_argument(
+        "--topics",
+        metavar="REGEX",
+        help="Java regex of the whole topic names to read (LAKEHOUSE_TOPICS_REGEX; default: "
+        "every topic not starting with _)",
+    )
+    run.add_argument("--once", action="store_true", help="apply what is there now, then exit")
+    run.add_argument(
+        "--trigger-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between batches (LAKEHOUSE_TRIGGER_INTERVAL_S, 10)",
+    )
+    run.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        metavar="N",
+        help="at most N messages a batch (LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER; default: all)",
+    )
+    run.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT", help="Kafka (KAFKA_BOOTSTRAP_SERVERS)"
+    )
     run.add_argument(
         "--connect-timeout",
         type=float,
+        metavar="SECONDS",
         help="seconds Kafka has to answer at start (LAKEHOUSE_CONNECT_TIMEOUT_S, 30)",
     )
     status = sub.add_parser(
         "status",
         parents=[where, spark],
-        help="print the writer's state; exit 1 when it failed or a table is stopped, "
-        "3 before its first status",
+        help="print the writer's state, last batch, lag and stopped tables",
+        description="Print the state of the writer of this checkpoint: its last batch, the "
+        "lag per topic, stopped tables and its monitoring group. Exit code 0: healthy, 1: "
+        "failed, a table stopped or silent while running, 3: no status yet.",
     )
-    status.add_argument("--json", action="store_true", help="one JSON document")
+    status.add_argument("--json", action="store_true", help="print one JSON document")
     resume = sub.add_parser(
         "resume-table",
         parents=[where, spark],
-        help="resume a table stopped by a schema error (with the writer down)",
+        help="resume a table stopped by a schema error (with the writer stopped)",
+        description="Resume a table the writer stopped (its schema changed incompatibly) "
+        "once the cause is fixed; the next run applies its rows again. Stop the writer first.",
     )
     resume.add_argument("table", metavar="NAMESPACE.NAME", help="the table, e.g. SHOP.ORDERS")
     resume.add_argument(
@@ -78,7 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     maintain = sub.add_parser(
         "maintain",
         parents=[where, spark],
-        help="compact, VACUUM by retention and checkpoint the Delta tables (docs/OPERATIONS.md)",
+        help="compact, VACUUM by retention and checkpoint the Delta tables",
+        description="Compact small files, VACUUM old files by each table's retention (and "
+        "GDPR deletes within LAKEHOUSE_GDPR_COMPLETION_HOURS) and checkpoint the Delta logs. "
+        "Beside a running writer set LAKEHOUSE_MAINTAIN_INTERVAL_S instead (docs/OPERATIONS.md).",
     )
     maintain.add_argument(
         "--table",
@@ -92,8 +155,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def _where_arguments() -> argparse.ArgumentParser:
     where = argparse.ArgumentParser(add_help=False)
-    where.add_argument("--lakehouse", help="root of the Delta tables (LAKEHOUSE_PATH)")
-    where.add_argument("--checkpoint", help="checkpoint directory (LAKEHOUSE_CHECKPOINT_PATH)")
+    where.add_argument(
+        "--lakehouse",
+        metavar="PATH",
+        help="folder or URI of the Delta tables; relative paths work (LAKEHOUSE_PATH)",
+    )
+    where.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="folder or URI of the writer's checkpoint (LAKEHOUSE_CHECKPOINT_PATH)",
+    )
     return where
 
 
@@ -142,6 +213,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "LAKEHOUSE_TRIGGER_INTERVAL_S": getattr(args, "trigger_interval", None),
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": getattr(args, "max_offsets_per_trigger", None),
         "KAFKA_BOOTSTRAP_SERVERS": getattr(args, "bootstrap_servers", None),
+        "LAKEHOUSE_CONNECT_TIMEOUT_S": getattr(args, "connect_timeout", None),
     }
     return {k: v for k, v in pairs.items() if v is not None}
 
@@ -161,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_command(argv)
     except ConfigError as exc:  # names the variable, never a value
-        print(f"lakehouse-writer: {exc}", file=sys.stderr)
+        say_error("lakehouse-writer", str(exc))
         return 2
     except WriterFailed:
         return 1  # recorded and logged by the run
@@ -186,7 +258,7 @@ def run_command(argv: Sequence[str] | None = None) -> None:
         if code:
             raise SystemExit(code)
         return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging("INFO")  # LOG_FORMAT, LOG_LEVEL
     settings = LakehouseSettings(**_overrides(args))
     stop = threading.Event()
 
@@ -209,19 +281,19 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
     from lakehouse_writer.failure import keep_traces_off_stderr, report_failure
-    from lakehouse_writer.probe import connect_timeout, probe_kafka
+    from lakehouse_writer.probe import probe_kafka
     from lakehouse_writer.session import refuse_spark_connect
     from lakehouse_writer.storage import is_local
     from lakehouse_writer.watch import watching
 
     try:
         refuse_spark_connect(dict(args.conf))  # before anything starts
-        timeout = connect_timeout(args.connect_timeout)
+        timeout = settings.connect_timeout_s
         # Kafka is asked before Spark's ~10 s start, unless the checkpoint is on a Hadoop
         # file system: only Spark can write there that Kafka did not answer.
-        spark = None if is_local(settings.checkpoint_path) else start_session(args)
+        spark = None if is_local(settings.checkpoint_path) else start_session(args, settings)
         probe_kafka(settings.kafka_client_conf(), timeout)
-        spark = spark or start_session(args)
+        spark = spark or start_session(args, settings)
         keep_traces_off_stderr(spark)
         with watching(settings):  # LAKEHOUSE_METRICS_PORT, LAKEHOUSE_MONITOR_GROUP
             job.run(spark, settings, once=args.once, stop=stop, connect_timeout_s=timeout)
@@ -231,8 +303,13 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
         raise report_failure(settings, exc) from exc
 
 
-def start_session(args: argparse.Namespace) -> SparkSession:
+def start_session(
+    args: argparse.Namespace, settings: LakehouseSettings | None = None
+) -> SparkSession:
     """The writer's session for ``run``'s arguments (master, ``--conf``, ``--jars``).
+
+    A driver the writer starts itself (a master of its own, not ``spark-submit``'s) logs in
+    the writer's format and level (:func:`jvm_logging`).
 
     Raises:
         SparkConnectUnsupported: The session would be a Spark Connect one.
@@ -240,14 +317,38 @@ def start_session(args: argparse.Namespace) -> SparkSession:
     """
     from lakehouse_writer.session import build_spark_session, check_connectors, resolve_master
 
-    master = resolve_master(args.master)
+    master = resolve_master(args.master, configured=settings.spark_master if settings else None)
+    conf = dict(args.conf)
+    if master is not None:
+        conf.update(jvm_logging(LogSettings(), logging.getLogger().getEffectiveLevel(), conf))
     continuous = args.command == "run" and not getattr(args, "once", False)  # watchable: UI on
-    spark = build_spark_session(master=master, jars=args.jars, conf=dict(args.conf), ui=continuous)
+    spark = build_spark_session(master=master, jars=args.jars, conf=conf, ui=continuous)
     log.info(
         "spark session master=%s ui=%s", spark.sparkContext.master, spark.sparkContext.uiWebUrl
     )
     check_connectors(spark)
     return spark
+
+
+def jvm_logging(
+    settings: LogSettings, level: int, conf: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``spark.driver.extraJavaOptions`` that make the driver's log4j2 log as the writer does.
+
+    The layout of ``LOG_FORMAT`` (``lakehouse_writer/log4j2``), at ``level`` but never below
+    WARN. Java options given in ``conf`` come after the writer's, so a
+    ``-Dlog4j2.configurationFile`` of the user's wins.
+    """
+    folder = Path(__file__).parent / "log4j2"
+    jvm_level = "WARN" if level <= logging.WARNING else logging.getLevelName(level)
+    options = [
+        f"-Dlog4j2.configurationFile={folder / f'{settings.format}.properties'}",
+        f"-Dlakehouse.log.level={jvm_level}",
+        f"-Dlakehouse.log.template={(folder / 'layout.json').as_uri()}",
+    ]
+    theirs = (conf or {}).get(_JAVA_OPTIONS, "")
+    quoted = [f'"{o}"' if any(c.isspace() for c in o) else o for o in options]
+    return {_JAVA_OPTIONS: " ".join([*quoted, theirs]).strip()}
 
 
 def admin_command(args: argparse.Namespace) -> int:
@@ -257,19 +358,20 @@ def admin_command(args: argparse.Namespace) -> int:
     from lakehouse_writer.maintain import maintain_command
     from lakehouse_writer.settings import LakehouseSettings
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     try:
+        configure_logging("WARNING")  # LOG_FORMAT, LOG_LEVEL: an operator's command says little
         settings = LakehouseSettings(**_overrides(args))
+        session = partial(start_session, args, settings)
         if args.command == "maintain":
             return maintain_command(
-                lambda: start_session(args), settings.lakehouse_path, args.table, args.dry_run
+                session, settings.lakehouse_path, args.table, args.dry_run, settings.maintain
             )
         if args.command == "status":
-            return status_command(settings, lambda: start_session(args), as_json=args.json)
-        return resume_command(settings, lambda: start_session(args), args.table, args.force)
+            return status_command(settings, session, as_json=args.json)
+        return resume_command(settings, session, args.table, args.force)
     except ConfigError as exc:
-        print(f"lakehouse-writer: {exc}", file=sys.stderr)
+        say_error("lakehouse-writer", str(exc))
         return 2
     except LakehouseWriterError as exc:
-        print(f"lakehouse-writer {args.command}: {exc}", file=sys.stderr)
+        say_error(f"lakehouse-writer {args.command}", str(exc))
         return 1

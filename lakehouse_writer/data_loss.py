@@ -83,7 +83,7 @@ class DataGap:
         return (
             f"Kafka data lost: {lost}. The writer stops rather than skip them (rows "
             f"before offset {self.first_missing} are applied). Reload the tables of that "
-            "topic from their source, then see 'Kafka data gaps' in the README"
+            "topic from their source, then see 'Kafka data gaps' in docs/WRITER.md"
         )
 
 

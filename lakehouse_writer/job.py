@@ -47,8 +47,8 @@ from lakehouse_writer.driver_read import DriverRead
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
 from lakehouse_writer.holdback import Holdback
-from lakehouse_writer.parallel import Outcome, TableApplier, on_session, workers_from_env
-from lakehouse_writer.probe import connect_timeout, probe_kafka
+from lakehouse_writer.parallel import Outcome, TableApplier, on_session
+from lakehouse_writer.probe import probe_kafka
 from lakehouse_writer.read import (
     DecodedBatch,
     decode_batch,
@@ -176,9 +176,15 @@ class BatchProcessor:
         self._persisted: list[DataFrame] = []
         self._merged: list[str] = []  # paths of the tables merged into by the running batch
         self._expected = ExpectedSchemas()
-        self._workers = workers_from_env()  # tables applied at once (lakehouse_writer.parallel)
+        self._workers = settings.apply_workers  # tables applied at once (lakehouse_writer.parallel)
         self._small = SmallChanges(settings.small_merge_rows)  # few rows: merged by delta-rs
-        self._maintenance = ScheduledMaintenance.from_env(spark, self._lake)  # opt-in
+        self._maintenance = ScheduledMaintenance(  # opt-in: LAKEHOUSE_MAINTAIN_INTERVAL_S
+            spark,
+            self._lake,
+            settings.maintain_interval_s,
+            settings.maintain_budget_s,
+            settings=settings.maintain,
+        )
         self._holdback = Holdback(
             settings.kafka_client_conf(),
             source_options(settings),
@@ -623,7 +629,7 @@ def start(
     """
     require_classic(spark)
     ours = TopicPattern(spark, settings.topics_regex)
-    probe_kafka(settings.kafka_client_conf(), connect_timeout(connect_timeout_s))
+    probe_kafka(settings.kafka_client_conf(), connect_timeout_s or settings.connect_timeout_s)
     options: dict[str, Any] = source_options(settings)
     options["subscribePattern"] = whole_names(settings.topics_regex)
     if settings.max_offsets_per_trigger:

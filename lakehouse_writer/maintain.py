@@ -148,12 +148,12 @@ def maintain_tables(
         spark: A session with Delta.
         lakehouse: The lakehouse root.
         tables: ``NAMESPACE.NAME`` of the tables to maintain (None: every table there).
-        settings: Default: :meth:`MaintainSettings.from_env`.
+        settings: Default: :class:`MaintainSettings`'s defaults.
         budget_s: No table is started once this many seconds have passed (a started one
             finishes); None: no bound. Tables not reached have no report.
         dry_run: Plan only; change nothing.
     """
-    settings = settings or MaintainSettings.from_env()
+    settings = settings or MaintainSettings()
     if tables is None:
         targets = find_tables(spark, lakehouse)
     else:
@@ -323,6 +323,7 @@ def maintain_command(
     lakehouse: str,
     tables: Sequence[str] | None,
     dry_run: bool,
+    settings: MaintainSettings,
     out: Callable[[str], None] = print,
 ) -> int:
     """``lakehouse-writer maintain``: a pass, a line per table; returns the exit code.
@@ -331,7 +332,6 @@ def maintain_command(
         MaintenanceError: ``lakehouse`` is no directory (a typo in a scheduled job must not
             look like a pass over no tables).
     """
-    settings = MaintainSettings.from_env()
     spark = None if is_local(lakehouse) else spark_factory()  # a typo costs no JVM start
     problem = directory_problem(spark, lakehouse)
     if problem is not None:

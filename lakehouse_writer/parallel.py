@@ -16,7 +16,6 @@ are handed to it rebound to that session (:func:`on_session`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,32 +27,16 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["DEFAULT_WORKERS", "Outcome", "TableApplier", "on_session", "workers_from_env"]
+__all__ = ["DEFAULT_WORKERS", "Outcome", "TableApplier", "on_session"]
 
 log = logging.getLogger(__name__)
 
 # Tables applied at once. On two cores 4 keeps both busy while the driver plans and commits
 # (the figures are in docs/PERFORMANCE.md); more only queue behind them.
 DEFAULT_WORKERS = 4
-WORKERS_ENV = "LAKEHOUSE_APPLY_WORKERS"
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-
-
-def workers_from_env(default: int = DEFAULT_WORKERS) -> int:
-    """Worker threads from ``LAKEHOUSE_APPLY_WORKERS`` (at least 1), else ``default``.
-
-    Raises:
-        ValueError: The variable is set but is not a positive whole number (named in the
-            message, its value is not).
-    """
-    text = os.environ.get(WORKERS_ENV, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{WORKERS_ENV} must be a whole number of at least 1")
-    return int(text)
 
 
 @dataclass(frozen=True)

@@ -14,50 +14,23 @@ and raises :class:`KafkaRefused`, naming the settings to check, never their valu
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from lakehouse_writer.errors import KafkaRefused, KafkaUnreachable, LakehouseWriterError
+from lakehouse_writer.errors import KafkaRefused, KafkaUnreachable
 from producer_lib.kafka.transactions import ClientErrors, StartupCause, classify_startup_errors
 
 __all__ = [
     "CONNECT_TIMEOUT_ENV",
-    "DEFAULT_CONNECT_TIMEOUT_S",
     "KafkaRefused",
-    "connect_timeout",
     "probe_kafka",
 ]
 
 CONNECT_TIMEOUT_ENV = "LAKEHOUSE_CONNECT_TIMEOUT_S"
-DEFAULT_CONNECT_TIMEOUT_S = 30.0  # a cluster that answers at all answers within seconds
 # librdkafka logs every refused connection (about 20 lines a second) to stderr; the probe's
 # outcome is the one thing worth saying, so its client logs nothing.
 _QUIET = {"log_level": 0}
-
-
-def connect_timeout(seconds: float | None = None) -> float:
-    """The connect timeout: ``seconds`` if given, else ``LAKEHOUSE_CONNECT_TIMEOUT_S``, else 30.
-
-    Raises:
-        LakehouseWriterError: The value is not a positive number.
-    """
-    raw = os.environ.get(CONNECT_TIMEOUT_ENV) if seconds is None else seconds
-    if raw is None or raw == "":
-        return DEFAULT_CONNECT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise LakehouseWriterError(
-            f"the connect timeout must be a positive number of seconds, not {raw!r}; "
-            f"fix {CONNECT_TIMEOUT_ENV} (or --connect-timeout)"
-        )
-    return value
-
-
 _SLICE_S = 1.0  # longest single metadata request: a refused login shows within ~1 s
 _ADVICE: dict[StartupCause, str] = {
     "authentication": "authentication failed: check KAFKA_SASL_USERNAME and "

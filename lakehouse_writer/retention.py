@@ -1,6 +1,7 @@
 """What a maintenance pass does to one table: its settings and the plan it makes.
 
-Pure values, no Spark: :class:`MaintainSettings` (read from the environment),
+Pure values, no Spark: :class:`MaintainSettings` (:attr:`LakehouseSettings.maintain
+<lakehouse_writer.settings.LakehouseSettings.maintain>` reads them from the environment),
 :func:`iso_duration_hours` (a ``flow.retention_period`` such as ``P30D`` in hours) and
 :func:`plan_table` (compaction, VACUUM retention, log retention for one table, from what its
 log says). :mod:`lakehouse_writer.maintain` carries the plan out.
@@ -15,12 +16,9 @@ the purge deletes every file that still held the purged rows.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from producer_lib.errors import ConfigError
 
 __all__ = ["MaintainSettings", "TablePlan", "interval", "iso_duration_hours", "plan_table"]
 
@@ -59,7 +57,7 @@ def interval(hours: float) -> str:
 
 @dataclass(frozen=True)
 class MaintainSettings:
-    """How a maintenance pass treats the tables (environment variables in brackets).
+    """How a maintenance pass treats the tables (``LakehouseSettings`` variables in brackets).
 
     Attributes:
         history_retention_hours: Old versions (time travel, the Change Data Feed) are kept
@@ -78,43 +76,6 @@ class MaintainSettings:
     gdpr_completion_hours: float = 24.0
     small_file_bytes: int = 32 << 20
     compact_min_files: int = 16
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintainSettings:
-        """The settings of ``environ`` (default: the process environment).
-
-        Raises:
-            ConfigError: A variable is not a number >= 0 (names the variable).
-        """
-        env = os.environ if environ is None else environ
-        defaults = cls()
-        return cls(
-            history_retention_hours=_number(
-                env, "LAKEHOUSE_HISTORY_RETENTION_HOURS", defaults.history_retention_hours, float
-            ),
-            gdpr_completion_hours=_number(
-                env, "LAKEHOUSE_GDPR_COMPLETION_HOURS", defaults.gdpr_completion_hours, float
-            ),
-            small_file_bytes=int(
-                _number(env, "LAKEHOUSE_SMALL_FILE_BYTES", defaults.small_file_bytes, int)
-            ),
-            compact_min_files=int(
-                _number(env, "LAKEHOUSE_COMPACT_MIN_FILES", defaults.compact_min_files, int)
-            ),
-        )
-
-
-def _number(env: Mapping[str, str], name: str, default: float, kind: type) -> float:
-    text = env.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        value = kind(text.strip())
-    except ValueError:
-        raise ConfigError(f"{name} must be a number >= 0", variable=name) from None
-    if value < 0 or (isinstance(value, float) and math.isnan(value)):
-        raise ConfigError(f"{name} must be a number >= 0", variable=name)
-    return value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

@@ -13,20 +13,20 @@ The next pass goes on from the first table the last one did not reach, so every 
 its turn however many there are. A table whose maintenance fails is logged and skipped: the
 writer's batches go on.
 
-Settings (environment variables): ``LAKEHOUSE_MAINTAIN_INTERVAL_S`` (unset: off; seconds
-between the starts of two passes) and ``LAKEHOUSE_MAINTAIN_BUDGET_S``; the pass's own
-settings are :class:`~lakehouse_writer.retention.MaintainSettings`.
+Settings (of :class:`~lakehouse_writer.settings.LakehouseSettings`):
+``LAKEHOUSE_MAINTAIN_INTERVAL_S`` (unset: off; seconds between the starts of two passes) and
+``LAKEHOUSE_MAINTAIN_BUDGET_S``; the pass's own settings are
+:class:`~lakehouse_writer.retention.MaintainSettings`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from producer_lib.errors import ConfigError
+from lakehouse_writer.retention import MaintainSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,6 +47,7 @@ class ScheduledMaintenance:
         interval_s: Least seconds between the starts of two passes; None: never.
         budget_s: No table is started once a pass has run this long.
         clock: Monotonic seconds (tests pass their own).
+        settings: What a pass does to a table (retention, compaction); default: the defaults.
     """
 
     def __init__(
@@ -56,27 +57,15 @@ class ScheduledMaintenance:
         interval_s: float | None,
         budget_s: float = DEFAULT_BUDGET_S,
         clock: Callable[[], float] = time.monotonic,
+        settings: MaintainSettings | None = None,
     ) -> None:
         self._spark, self._lake = spark, lakehouse
+        self._settings = settings or MaintainSettings()
         self.interval_s, self.budget_s = interval_s, budget_s
         self._clock = clock
         self._last_start: float | None = None
         self._next_table = 0  # where the next pass begins in the sorted table list
         self.passes = 0
-
-    @classmethod
-    def from_env(
-        cls, spark: SparkSession, lakehouse: str, env: Mapping[str, str] | None = None
-    ) -> ScheduledMaintenance:
-        """From ``LAKEHOUSE_MAINTAIN_INTERVAL_S`` and ``LAKEHOUSE_MAINTAIN_BUDGET_S``.
-
-        Raises:
-            ConfigError: A value is not a number, or is negative (names the variable).
-        """
-        env = os.environ if env is None else env
-        interval = _seconds(env, "LAKEHOUSE_MAINTAIN_INTERVAL_S")
-        budget = _seconds(env, "LAKEHOUSE_MAINTAIN_BUDGET_S")
-        return cls(spark, lakehouse, interval, DEFAULT_BUDGET_S if budget is None else budget)
 
     def between_batches(self) -> None:
         """Run a pass if one is due; log its tables' outcomes; never raise."""
@@ -104,7 +93,7 @@ class ScheduledMaintenance:
         for name in order:  # the first table always: every pass moves the rotation on
             if reports and self._clock() - began >= self.budget_s:
                 break
-            reports.extend(maintain_tables(self._spark, self._lake, [name]))
+            reports.extend(maintain_tables(self._spark, self._lake, [name], self._settings))
         self._next_table = start + len(reports)
         self.passes += 1
         failed = [(r.table, r.error) for r in reports if r.error is not None]
@@ -117,16 +106,3 @@ class ScheduledMaintenance:
             len(failed),
             self._clock() - began,
         )
-
-
-def _seconds(env: Mapping[str, str], name: str) -> float | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds") from None
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative")
-    return value

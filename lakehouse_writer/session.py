@@ -159,16 +159,20 @@ def _driver_jars(conf: Mapping[str, str]) -> list[str]:
     return local_jars(class_path=conf.get("spark.driver.extraClassPath", ""))
 
 
-def resolve_master(given: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+def resolve_master(
+    given: str | None, environ: Mapping[str, str] | None = None, configured: str | None = None
+) -> str | None:
     """The master the writer asks for; None leaves it to Spark (``spark-submit`` gave one).
 
     Args:
         given: ``--master``; ``"env"`` (the old spelling) or None when not given.
         environ: The environment; None for ``os.environ``.
+        configured: ``SPARK_MASTER`` (:attr:`LakehouseSettings.spark_master
+            <lakehouse_writer.settings.LakehouseSettings.spark_master>`).
 
     Returns:
         ``given``; None under ``spark-submit``, in a process with a running SparkContext or
-        with ``spark.master`` in ``spark-defaults.conf``; ``SPARK_MASTER``; else
+        with ``spark.master`` in ``spark-defaults.conf``; ``configured``; else
         :data:`DEFAULT_MASTER`.
     """
     env = os.environ if environ is None else environ
@@ -176,7 +180,7 @@ def resolve_master(given: str | None, environ: Mapping[str, str] | None = None) 
         return given
     if given == "env" or _master_given_elsewhere(env):
         return None
-    return env.get("SPARK_MASTER") or DEFAULT_MASTER
+    return configured or DEFAULT_MASTER
 
 
 def _master_given_elsewhere(env: Mapping[str, str]) -> bool:

@@ -14,12 +14,15 @@ refuses what the producer refuses, and a bad setting raises
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 
+from lakehouse_writer.retention import MaintainSettings
 from producer_lib.settings import EnvSettings, KafkaSettings, SchemaRegistrySettings
+from producer_lib.settings.base import blank_is_unset
 
 # Kafka's own internal topics start with "__"; `_schemas` holds the catalog, not rows.
 DEFAULT_TOPICS_REGEX = r"(?!__|_flow_schemas$|_schemas$).+"
@@ -30,6 +33,7 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
 }
+_LIBRDKAFKA_LOG = logging.getLogger("lakehouse_writer.librdkafka")
 # The client-credentials flow of the Java client (kafka-clients 3.4+, 4.x).
 _OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 
@@ -75,6 +79,31 @@ class LakehouseSettings(EnvSettings):
         commits_topic: Commit records (``_commits``).
         execution_log_topic: Run records (``_execution_log``).
         lineage_topic: Lineage documents (``_lineage``).
+        connect_timeout_s: Seconds Kafka has to answer when the writer starts
+            (``LAKEHOUSE_CONNECT_TIMEOUT_S``; ``run --connect-timeout``).
+        apply_workers: Tables of a batch created, decoded and applied at once, each on its
+            own thread and session clone (``LAKEHOUSE_APPLY_WORKERS``).
+        spark_master: The Spark master when neither ``--master``, ``spark-submit`` nor
+            ``spark-defaults.conf`` gives one (``SPARK_MASTER``); else ``local[2]``.
+        metrics_port: Serve Prometheus text at ``/metrics`` on this port
+            (``LAKEHOUSE_METRICS_PORT``); unset or 0: no endpoint.
+        metrics_host: The address the metrics endpoint listens on (``LAKEHOUSE_METRICS_HOST``).
+        monitor_group: The consumer group the writer commits its end offsets to, for
+            monitoring only (``LAKEHOUSE_MONITOR_GROUP``); unset: ``lakehouse-writer-<instance
+            id>``; ``off``: none.
+        maintain_interval_s: Seconds between the starts of two maintenance passes a running
+            writer makes between batches (``LAKEHOUSE_MAINTAIN_INTERVAL_S``); unset: never.
+        maintain_budget_s: No table is started once a pass between batches has run this long
+            (``LAKEHOUSE_MAINTAIN_BUDGET_S``).
+        history_retention_hours: Old versions are kept this long unless a table's
+            ``flow.retention_period`` is shorter (``LAKEHOUSE_HISTORY_RETENTION_HOURS``).
+        gdpr_completion_hours: A GDPR delete is gone from every file of its table at the
+            first maintenance pass this many hours after it
+            (``LAKEHOUSE_GDPR_COMPLETION_HOURS``).
+        small_file_bytes: A data file smaller than this is small; only small files are
+            compacted (``LAKEHOUSE_SMALL_FILE_BYTES``).
+        compact_min_files: A table is compacted when it has at least this many small files
+            (``LAKEHOUSE_COMPACT_MIN_FILES``; 0: never).
     """
 
     _what: ClassVar[str] = "writer settings"
@@ -107,7 +136,48 @@ class LakehouseSettings(EnvSettings):
         "_execution_log", validation_alias="LAKEHOUSE_EXECUTION_LOG_TOPIC"
     )
     lineage_topic: str = Field("_lineage", validation_alias="LAKEHOUSE_LINEAGE_TOPIC")
+    connect_timeout_s: float = Field(
+        30.0, gt=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_CONNECT_TIMEOUT_S"
+    )
+    # On two cores 4 keeps both busy while the driver plans and commits (docs/PERFORMANCE.md).
+    apply_workers: int = Field(4, ge=1, validation_alias="LAKEHOUSE_APPLY_WORKERS")
+    spark_master: str | None = Field(None, validation_alias="SPARK_MASTER")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, validation_alias="LAKEHOUSE_METRICS_PORT"
+    )
+    metrics_host: str = Field("0.0.0.0", min_length=1, validation_alias="LAKEHOUSE_METRICS_HOST")
+    monitor_group: str | None = Field(None, validation_alias="LAKEHOUSE_MONITOR_GROUP")
+    maintain_interval_s: float | None = Field(
+        None, ge=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_MAINTAIN_INTERVAL_S"
+    )
+    maintain_budget_s: float = Field(
+        30.0, ge=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_MAINTAIN_BUDGET_S"
+    )
+    # Delta's own default history: 7 days.
+    history_retention_hours: float = Field(
+        168.0, ge=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_HISTORY_RETENTION_HOURS"
+    )
+    gdpr_completion_hours: float = Field(
+        24.0, ge=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_GDPR_COMPLETION_HOURS"
+    )
+    small_file_bytes: int = Field(32 << 20, ge=0, validation_alias="LAKEHOUSE_SMALL_FILE_BYTES")
+    compact_min_files: int = Field(16, ge=0, validation_alias="LAKEHOUSE_COMPACT_MIN_FILES")
     _kafka: KafkaSettings = PrivateAttr()
+
+    # These were read with os.environ.get(...) before, where an empty value meant the default.
+    _blank_is_unset = field_validator(
+        "connect_timeout_s",
+        "apply_workers",
+        "spark_master",
+        "maintain_interval_s",
+        "maintain_budget_s",
+        "history_retention_hours",
+        "gdpr_completion_hours",
+        "small_file_bytes",
+        "compact_min_files",
+        "schemas_topic",  # FLOW_SCHEMAS_TOPIC= means _flow_schemas, as on the producer's side
+        mode="before",
+    )(blank_is_unset)
 
     @field_validator("lakehouse_path", "checkpoint_path")
     @classmethod
@@ -143,13 +213,27 @@ class LakehouseSettings(EnvSettings):
         return self._kafka
 
     @property
+    def maintain(self) -> MaintainSettings:
+        """How a maintenance pass treats the tables (``LAKEHOUSE_HISTORY_RETENTION_HOURS``...)."""
+        return MaintainSettings(
+            history_retention_hours=self.history_retention_hours,
+            gdpr_completion_hours=self.gdpr_completion_hours,
+            small_file_bytes=self.small_file_bytes,
+            compact_min_files=self.compact_min_files,
+        )
+
+    @property
     def registry(self) -> SchemaRegistrySettings:
         """The schema registry connection (``SCHEMA_REGISTRY_*``)."""
         return self._registry
 
     def kafka_client_conf(self) -> dict[str, Any]:
-        """Librdkafka settings (dotted keys, secrets revealed) for the driver-side consumer."""
-        return self._kafka.to_librdkafka()
+        """Librdkafka settings (dotted keys, secrets revealed) for the driver-side clients.
+
+        librdkafka's own log lines go to the ``lakehouse_writer.librdkafka`` logger, so they
+        come out in ``LOG_FORMAT`` like the writer's (without it, librdkafka prints to stderr).
+        """
+        return {"logger": _LIBRDKAFKA_LOG, **self._kafka.to_librdkafka()}
 
     def spark_kafka_options(self) -> dict[str, str]:
         """The same connection as Spark Kafka source options (Java client keys, ``kafka.``).

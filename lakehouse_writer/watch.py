@@ -1,6 +1,6 @@
 """What watches a running writer: metrics, the monitoring consumer group, topic retention.
 
-Settings (environment variables; :class:`WatchSettings`):
+Settings (environment variables of :class:`~lakehouse_writer.settings.LakehouseSettings`):
 
 - ``LAKEHOUSE_METRICS_PORT``: serve Prometheus text at ``http://<host>:<port>/metrics``
   (:mod:`lakehouse_writer.metrics`); unset or 0: no endpoint (the default).
@@ -20,55 +20,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from lakehouse_writer import txn
 from lakehouse_writer.expiry import ExpiryWatch
 from lakehouse_writer.metrics import MetricsServer, WriterMetrics
 from lakehouse_writer.monitor import MonitorGroup, default_group
 from lakehouse_writer.status import StatusObserver, observed
-from producer_lib.settings import EnvSettings
 
 if TYPE_CHECKING:
     from lakehouse_writer.settings import LakehouseSettings
 
-__all__ = ["WatchSettings", "monitor_group_of", "watching"]
+__all__ = ["monitor_group_of", "watching"]
 
 log = logging.getLogger(__name__)
 
 _OFF = {"off", "none", "false", "0", "-", ""}  # LAKEHOUSE_MONITOR_GROUP values that mean none
 
 
-class WatchSettings(EnvSettings):
-    """How the writer can be watched (see the module's docstring for the variables).
-
-    Attributes:
-        metrics_port: ``LAKEHOUSE_METRICS_PORT``; None or 0: no metrics endpoint.
-        metrics_host: ``LAKEHOUSE_METRICS_HOST``.
-        monitor_group: ``LAKEHOUSE_MONITOR_GROUP``; None: the instance's default group;
-            ``off``: no monitoring group.
-    """
-
-    _what: ClassVar[str] = "writer monitoring settings"
-
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535, validation_alias="LAKEHOUSE_METRICS_PORT"
-    )
-    metrics_host: str = Field("0.0.0.0", min_length=1, validation_alias="LAKEHOUSE_METRICS_HOST")
-    monitor_group: str | None = Field(None, validation_alias="LAKEHOUSE_MONITOR_GROUP")
-
-    def __init__(self, **values: Any) -> None:
-        """Read the settings; ``values`` (field or variable names) win over the environment.
-
-        Raises:
-            ConfigError: A setting is malformed (names the variable).
-        """
-        super().__init__(**values)
-
-
-def monitor_group_of(watch: WatchSettings, instance_id: str) -> str | None:
+def monitor_group_of(watch: LakehouseSettings, instance_id: str) -> str | None:
     """The monitoring group's name for a writer instance; None when turned off."""
     if watch.monitor_group is None:
         return default_group(instance_id)
@@ -77,10 +47,8 @@ def monitor_group_of(watch: WatchSettings, instance_id: str) -> str | None:
 
 
 @contextmanager
-def watching(
-    settings: LakehouseSettings, watch: WatchSettings | None = None
-) -> Iterator[WriterMetrics | None]:
-    """Serve metrics and commit to the monitoring group, as ``watch`` asks, inside the block.
+def watching(settings: LakehouseSettings) -> Iterator[WriterMetrics | None]:
+    """Serve metrics and commit to the monitoring group, as ``settings`` ask, inside the block.
 
     Yields:
         The metrics kept (None without an endpoint).
@@ -89,7 +57,7 @@ def watching(
         MetricsUnavailable: The metrics port cannot be listened on.
         ConfigError: A ``LAKEHOUSE_METRICS_*``/``LAKEHOUSE_MONITOR_GROUP`` setting is wrong.
     """
-    watch = watch or WatchSettings()
+    watch = settings
     observers: list[StatusObserver] = []
     metrics: WriterMetrics | None = None
     with ExitStack() as stack:

@@ -32,6 +32,7 @@ set, else the environment variable ``SECRET_<NAME>``).
 from typing import TYPE_CHECKING, Any
 
 from producer_lib import azure_utils, sources
+from producer_lib._version import installed_version
 from producer_lib.errors import (
     ConfigError,
     EncodeError,
@@ -86,6 +87,8 @@ from producer_lib.sources import DuckDBReader, SourceAdapter
 
 if TYPE_CHECKING:  # readers whose client library is an extra load on first use
     from producer_lib.sources import OracleReader, PostgresReader, RestReader
+
+__version__ = installed_version()  # from git tags at build time (CHANGELOG.md)
 
 Producer = KafkaProducer  # the documentation's type hint: `producer: Producer`
 

@@ -7,7 +7,6 @@ the system topics (``_flow_schemas``, ``_commits``) on purpose, with their confi
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -24,6 +23,7 @@ from confluent_kafka.admin import (
 )
 
 from producer_lib.errors import ProduceError
+from producer_lib.settings.registry import SchemaRegistrySettings
 
 __all__ = [
     "COMMITS_TOPIC",
@@ -58,7 +58,7 @@ CLEANUP_POLICIES = ("delete", "compact,delete", "compact")
 
 def schemas_topic() -> str:
     """The embedded catalog topic: ``FLOW_SCHEMAS_TOPIC`` when set, else ``_flow_schemas``."""
-    return os.environ.get(SCHEMAS_TOPIC_ENV, "").strip() or SCHEMAS_TOPIC
+    return SchemaRegistrySettings().schemas_topic
 
 
 def ensure_topic(

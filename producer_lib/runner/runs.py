@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import os
 import re
 import time
 import urllib.parse
@@ -38,7 +37,7 @@ from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
 from producer_lib.runner.execution_log import log_key, read_latest
 from producer_lib.runner.triggers import RunRequest, execute, parse_run_request, response_for
-from producer_lib.settings import KafkaSettings
+from producer_lib.settings import KafkaSettings, TriggerSettings
 
 if TYPE_CHECKING:
     import azure.functions as func
@@ -61,8 +60,6 @@ __all__ = [
     "valid_run_id",
 ]
 
-WAIT_ENV = "FLOW_HTTP_WAIT_S"
-DEFAULT_WAIT_S = 200.0  # below Azure's 230 s cut, with room for the answer to travel
 _STEP_S = 0.05  # how often a run that has no id yet is looked at
 _KEEP_FINISHED = 500  # finished runs the registry remembers (the oldest are forgotten)
 
@@ -79,16 +76,7 @@ def http_wait_s() -> float:
     Raises:
         ConfigError: The variable is set but not a number >= 0 (names it, not its value).
     """
-    raw = os.environ.get(WAIT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also NaN
-        raise ConfigError(f"{WAIT_ENV} must be a number of seconds >= 0", variable=WAIT_ENV)
-    return value
+    return TriggerSettings().http_wait_s
 
 
 @dataclass

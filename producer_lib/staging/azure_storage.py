@@ -26,52 +26,17 @@ No secret value is logged or put in an error text.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
 import duckdb
-from pydantic import SecretStr
-from pydantic_settings import SettingsConfigDict
 
 from producer_lib.errors import SourceError
-from producer_lib.settings import EnvSettings
+from producer_lib.settings.azure_storage import AzureStorageSettings
 from producer_lib.staging.extensions import load_packaged_extension
 
 __all__ = ["AZURE_PATH", "AzureStorageSettings", "azure_secret_sql", "use_azure_storage"]
 
 AZURE_PATH = re.compile(r"'(?:abfss?|az|azure)://", re.IGNORECASE)  # a quoted Azure URL in SQL
 SECRET_NAME = "flow_azure_storage"
-
-
-class AzureStorageSettings(EnvSettings):
-    """Credentials for Azure storage paths in a flow's SQL (``AZURE_STORAGE_*``; module doc).
-
-    Attributes:
-        connection_string: A storage connection string (secret).
-        account_name: The storage account (``onelake`` for OneLake).
-        tenant_id: Service principal: the Entra ID tenant.
-        client_id: Service principal: the application (client) id.
-        client_secret: Service principal: its secret (secret).
-        credential_chain: DuckDB's credential chain when neither of the above is given.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="AZURE_STORAGE_")
-    _what: ClassVar[str] = "Azure storage settings"
-
-    connection_string: SecretStr | None = None
-    account_name: str | None = None
-    tenant_id: str | None = None
-    client_id: str | None = None
-    client_secret: SecretStr | None = None
-    credential_chain: str = "managed_identity;workload_identity;env;cli"
-
-    @property
-    def provider(self) -> str:
-        """``config`` (connection string), ``service_principal`` or ``credential_chain``."""
-        if self.connection_string is not None:
-            return "config"
-        if self.client_secret is not None:
-            return "service_principal"
-        return "credential_chain"
 
 
 def azure_secret_sql(settings: AzureStorageSettings) -> str:

@@ -18,6 +18,9 @@ key again) until ``status`` is no longer ``RUNNING``.
 
 Scheduled delta loads are off unless the app setting ``FLOW_TIMER_SCHEDULE`` holds an
 NCRONTAB expression (``0 */15 * * * *``: every 15 minutes).
+
+Logs: the Functions host keeps its own logging (``host.json``'s ``logLevel``) unless the app
+settings ``LOG_FORMAT`` (``json``: one JSON object a line) or ``LOG_LEVEL`` say otherwise.
 """
 
 import json
@@ -27,8 +30,10 @@ import os
 import azure.functions as func
 
 from producer_lib.cli import load_runner
+from producer_lib.logs import configure_logging
 from producer_lib.runner import azure_run_status
 
+configure_logging()  # LOG_FORMAT, LOG_LEVEL
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 runner = load_runner(os.environ["FLOW_RUNNER"])
 

@@ -23,6 +23,7 @@ from lakehouse_writer.retention import (
     iso_duration_hours,
     plan_table,
 )
+from lakehouse_writer.settings import LakehouseSettings
 from producer_lib.errors import ConfigError
 
 HOUR_MS = 3_600_000
@@ -43,12 +44,16 @@ def test_not_a_duration_is_refused(text):
         iso_duration_hours(text)
 
 
-def test_settings_name_the_variable_they_refuse():
-    settings = MaintainSettings.from_env({"LAKEHOUSE_GDPR_COMPLETION_HOURS": "2.5"})
+def test_settings_name_the_variable_they_refuse(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    monkeypatch.delenv("LAKEHOUSE_HISTORY_RETENTION_HOURS", raising=False)
+    monkeypatch.setenv("LAKEHOUSE_GDPR_COMPLETION_HOURS", "2.5")
+    settings = LakehouseSettings().maintain
     assert settings.gdpr_completion_hours == 2.5
     assert settings.history_retention_hours == 168
+    monkeypatch.setenv("LAKEHOUSE_HISTORY_RETENTION_HOURS", "-1")
     with pytest.raises(ConfigError, match="LAKEHOUSE_HISTORY_RETENTION_HOURS"):
-        MaintainSettings.from_env({"LAKEHOUSE_HISTORY_RETENTION_HOURS": "-1"})
+        LakehouseSettings()
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,9 @@ import urllib.request
 import pytest
 
 from lakehouse_writer.metrics import MetricsServer, MetricsUnavailable, WriterMetrics
+from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.status import BatchStats, observed, write_status
-from lakehouse_writer.watch import WatchSettings, monitor_group_of
+from lakehouse_writer.watch import monitor_group_of
 
 
 def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:
@@ -123,7 +124,7 @@ def test_the_monitor_group_is_per_instance_unless_named_or_off(monkeypatch, valu
     monkeypatch.delenv("LAKEHOUSE_MONITOR_GROUP", raising=False)
     if value is not None:
         monkeypatch.setenv("LAKEHOUSE_MONITOR_GROUP", value)
-    assert monitor_group_of(WatchSettings(), "abc") == group
+    assert monitor_group_of(LakehouseSettings(), "abc") == group
 
 
 def test_a_bad_metrics_port_names_the_variable(monkeypatch):
@@ -131,4 +132,4 @@ def test_a_bad_metrics_port_names_the_variable(monkeypatch):
 
     monkeypatch.setenv("LAKEHOUSE_METRICS_PORT", "70000")
     with pytest.raises(ConfigError, match="LAKEHOUSE_METRICS_PORT"):
-        WatchSettings()
+        LakehouseSettings()

@@ -9,8 +9,10 @@ import pytest
 
 from lakehouse_writer import txn
 from lakehouse_writer.apply import apply_batch
-from lakehouse_writer.parallel import WORKERS_ENV, TableApplier, on_session, workers_from_env
+from lakehouse_writer.parallel import DEFAULT_WORKERS, TableApplier, on_session
+from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.tables import TableManager
+from producer_lib.errors import ConfigError
 from tests.support.writer import rows_df, sample_schema, table_rows
 
 pytestmark = pytest.mark.spark
@@ -95,14 +97,15 @@ def test_every_table_runs_and_errors_come_back_in_table_order(spark):
     ]
 
 
-def test_workers_come_from_the_environment_and_a_bad_value_is_refused(monkeypatch):
-    monkeypatch.delenv(WORKERS_ENV, raising=False)
-    assert workers_from_env(4) == 4
-    monkeypatch.setenv(WORKERS_ENV, "8")
-    assert workers_from_env() == 8
-    monkeypatch.setenv(WORKERS_ENV, "zero-ish")
-    with pytest.raises(ValueError, match=WORKERS_ENV) as caught:
-        workers_from_env()
+def test_workers_come_from_the_environment_and_a_bad_value_is_refused(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    monkeypatch.delenv("LAKEHOUSE_APPLY_WORKERS", raising=False)
+    assert LakehouseSettings().apply_workers == DEFAULT_WORKERS == 4
+    monkeypatch.setenv("LAKEHOUSE_APPLY_WORKERS", "8")
+    assert LakehouseSettings().apply_workers == 8
+    monkeypatch.setenv("LAKEHOUSE_APPLY_WORKERS", "zero-ish")
+    with pytest.raises(ConfigError, match="LAKEHOUSE_APPLY_WORKERS") as caught:
+        LakehouseSettings()
     assert "zero-ish" not in str(caught.value)
 
 

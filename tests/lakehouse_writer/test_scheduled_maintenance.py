@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakehouse_writer import job
+from lakehouse_writer.retention import MaintainSettings
 from lakehouse_writer.scheduled import ScheduledMaintenance
 from lakehouse_writer.settings import LakehouseSettings
 from producer_lib.errors import ConfigError
@@ -20,17 +21,29 @@ from tests.support.writer import (
 @pytest.mark.parametrize(
     ("env", "match"),
     [
-        ({"LAKEHOUSE_MAINTAIN_INTERVAL_S": "hourly"}, "LAKEHOUSE_MAINTAIN_INTERVAL_S must be a"),
-        ({"LAKEHOUSE_MAINTAIN_BUDGET_S": "-1"}, "LAKEHOUSE_MAINTAIN_BUDGET_S must not be"),
+        ({"LAKEHOUSE_MAINTAIN_INTERVAL_S": "hourly"}, "LAKEHOUSE_MAINTAIN_INTERVAL_S: .*number"),
+        ({"LAKEHOUSE_MAINTAIN_BUDGET_S": "-1"}, "LAKEHOUSE_MAINTAIN_BUDGET_S: .*greater than"),
     ],
 )
-def test_bad_settings_name_their_variable(env, match):
+def test_bad_settings_name_their_variable(env, match, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=match):
-        ScheduledMaintenance.from_env(None, "/lake", env)  # type: ignore[arg-type]
+        LakehouseSettings()
 
 
-def test_off_unless_asked():
-    scheduled = ScheduledMaintenance.from_env(None, "/lake", {})  # type: ignore[arg-type]
+def test_off_unless_asked(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LAKEHOUSE_MAINTAIN_INTERVAL_S", raising=False)
+    settings = LakehouseSettings()
+    scheduled = ScheduledMaintenance(
+        None,  # type: ignore[arg-type]
+        "/lake",
+        settings.maintain_interval_s,
+        settings.maintain_budget_s,
+        settings=settings.maintain,
+    )
     scheduled.between_batches()  # no session: a pass would fail
     assert scheduled.interval_s is None and scheduled.passes == 0
 
@@ -49,11 +62,12 @@ def _tiny_tables(spark, lake: str, count: int) -> None:
 
 
 @pytest.mark.slow
-def test_each_pass_takes_the_next_tables_in_turn(spark, tmp_path, monkeypatch):
-    monkeypatch.setenv("LAKEHOUSE_COMPACT_MIN_FILES", "2")
+def test_each_pass_takes_the_next_tables_in_turn(spark, tmp_path):
     lake = str(tmp_path / "lake")
     _tiny_tables(spark, lake, 3)
-    scheduled = ScheduledMaintenance(spark, lake, interval_s=0, budget_s=0)  # one table a pass
+    scheduled = ScheduledMaintenance(  # one table a pass
+        spark, lake, interval_s=0, budget_s=0, settings=MaintainSettings(compact_min_files=2)
+    )
 
     optimized = []
     for _ in range(3):

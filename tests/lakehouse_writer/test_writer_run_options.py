@@ -15,6 +15,7 @@ from lakehouse_writer import jars
 from lakehouse_writer.cli import _parser, main, run_command
 from lakehouse_writer.errors import WriterFailed
 from lakehouse_writer.session import resolve_master
+from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.status import read_status
 from producer_lib.errors import ConfigError
 
@@ -26,18 +27,26 @@ def no_session(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("given", "env", "expected"),
+    ("given", "env", "spark_master", "expected"),
     [
-        (None, {}, "local[2]"),
-        ("spark://h:7077", {"SPARK_MASTER": "local[4]"}, "spark://h:7077"),
-        (None, {"SPARK_MASTER": "yarn"}, "yarn"),
-        (None, {"PYSPARK_GATEWAY_PORT": "41999", "SPARK_MASTER": "local[4]"}, None),
-        ("env", {}, None),
+        (None, {}, None, "local[2]"),
+        ("spark://h:7077", {}, "local[4]", "spark://h:7077"),
+        (None, {}, "yarn", "yarn"),
+        (None, {"PYSPARK_GATEWAY_PORT": "41999"}, "local[4]", None),
+        ("env", {}, None, None),
     ],
     ids=["default", "given-wins", "SPARK_MASTER", "spark-submit", "env"],
 )
-def test_the_master_comes_from_the_first_place_that_names_one(no_session, given, env, expected):
-    assert resolve_master(given, env) == expected
+def test_the_master_comes_from_the_first_place_that_names_one(
+    no_session, monkeypatch, tmp_path, given, env, spark_master, expected
+):
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    if spark_master is None:
+        monkeypatch.delenv("SPARK_MASTER", raising=False)
+    else:
+        monkeypatch.setenv("SPARK_MASTER", spark_master)
+    configured = LakehouseSettings().spark_master
+    assert resolve_master(given, env, configured) == expected
 
 
 def test_a_master_in_spark_defaults_is_left_to_spark(no_session, tmp_path):

@@ -30,3 +30,23 @@ def test_relative_paths_are_made_absolute_and_uris_kept(tmp_path, monkeypatch):
     )
     assert settings.lakehouse_path == str(tmp_path / "lake")
     assert settings.checkpoint_path == "abfss://c@acct.dfs.core.windows.net/ck"
+
+
+BLANK_MEANS_DEFAULT = {
+    "LAKEHOUSE_APPLY_WORKERS": ("apply_workers", 4),
+    "LAKEHOUSE_CONNECT_TIMEOUT_S": ("connect_timeout_s", 30.0),
+    "SPARK_MASTER": ("spark_master", None),
+    "LAKEHOUSE_MAINTAIN_INTERVAL_S": ("maintain_interval_s", None),
+    "LAKEHOUSE_COMPACT_MIN_FILES": ("compact_min_files", 16),
+    "FLOW_SCHEMAS_TOPIC": ("schemas_topic", "_flow_schemas"),
+}
+
+
+@pytest.mark.parametrize("variable", BLANK_MEANS_DEFAULT)
+def test_an_empty_variable_means_its_default_as_it_always_did(variable, monkeypatch, tmp_path):
+    """These were read with os.environ.get(...).strip() or default before they were fields."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)
+    monkeypatch.setenv(variable, " ")
+    field, default = BLANK_MEANS_DEFAULT[variable]
+    assert getattr(LakehouseSettings(), field) == default

@@ -10,6 +10,11 @@ nothing of this repository (no ``PYTHONPATH``, no ``VIRTUAL_ENV``); the writer r
 jars with Maven as a user's would (into a folder of this test). Then DuckDB's printout must
 show the three rows.
 
+Then, in the same folder and venv, the README's commands that follow the quickstart: "Watch
+the writer" (``lakehouse-writer status`` on the quickstart's relative paths) and "Run a flow in
+a container" (``producer-lib serve``, on a free port instead of 8080, until ``GET /health``
+answers), and ``--version`` of both commands: the version the wheel was built with.
+
 Slow: it installs pyspark into a fresh venv (a few minutes, with a warm pip cache) and runs
 Spark once.
 """
@@ -18,31 +23,42 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.packaging.test_wheel import REPO, _clean_env, wheel  # noqa: F401 - fixture
+from tests.packaging.test_wheel import (  # noqa: F401 - wheel is a fixture
+    REPO,
+    _clean_env,
+    expected_version,
+    wheel,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark]
 
 HEADING = "## Quickstart: your own flow repo"
+STATUS_HEADING = "## Watch the writer"
+SERVE_HEADING = "## Run a flow in a container"
+SERVE = "producer-lib serve flow:CitiesFlow --port 8080"
 INSTALL = "pip install 'flow-platform[producer,writer]'"
 BOOTSTRAP = re.compile(r"^export KAFKA_BOOTSTRAP_SERVERS=\S+$", re.M)
 TOPIC = "quickstart_cities"
 
 
-def readme_block() -> str:
-    """The first fenced ``bash`` block of the quickstart section of README.md."""
+def readme_block(heading: str = HEADING) -> str:
+    """The first fenced ``bash`` block of a section of README.md (the quickstart's)."""
     text = (REPO / "README.md").read_text()
-    assert text.count(HEADING) == 1, f"README.md has no single {HEADING!r} section"
-    section = text.split(HEADING, 1)[1].split("\n## ", 1)[0]
+    assert text.count(heading) == 1, f"README.md has no single {heading!r} section"
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     found = re.search(r"^```bash\n(.*?)^```$", section, re.S | re.M)
-    assert found, f"no ```bash block under {HEADING!r}"
+    assert found, f"no ```bash block under {heading!r}"
     return found.group(1)
 
 
@@ -108,3 +124,69 @@ def test_the_readme_quickstart_runs_as_written(
     )
     assert installed.returncode != 0, "the quickstart's venv must not reach this repository"
     assert sorted(p.name for p in (tmp_path / "jars").glob("*.jar")), "jars not resolved there"
+
+    venv_env = {
+        **env,
+        "PATH": f"{work / '.venv' / 'bin'}{os.pathsep}{env['PATH']}",
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+    }
+    _the_commands_after_the_quickstart(work, venv_env)
+
+
+def _the_commands_after_the_quickstart(work: Path, env: dict[str, str]) -> None:
+    """The README's status and serve blocks, and ``--version``, in the quickstart's folder."""
+    status = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_block(STATUS_HEADING)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "state: drained" in status.stdout, status.stdout
+
+    assert readme_block(SERVE_HEADING).strip() == SERVE, "the serve command changed"
+    port = _free_port()
+    server = subprocess.Popen(
+        ["bash", "-c", "exec " + SERVE.replace("--port 8080", f"--port {port}")],
+        cwd=work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        health = _wait_for_health(f"http://127.0.0.1:{port}/health", server)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert health == 200
+
+    for command in ("producer-lib", "lakehouse-writer"):
+        said = subprocess.run(
+            [command, "--version"], cwd=work, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert said.stdout == f"{command} {expected_version()}\n", said.stdout + said.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_health(url: str, server: subprocess.Popen[str]) -> int:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            if server.poll() is not None:
+                stderr = server.stderr.read() if server.stderr else ""
+                pytest.fail(f"producer-lib serve exited {server.returncode}: {stderr}")
+            assert time.monotonic() < deadline, "producer-lib serve did not answer /health"
+            time.sleep(0.5)

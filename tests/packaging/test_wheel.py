@@ -112,11 +112,43 @@ def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _describe() -> str:
+    """``v0.7.0`` on a tagged commit, else ``v0.7.0-3-g1a2b3c4`` (last tag, commits since)."""
+    return _git("describe", "--tags", "--match", "v[0-9]*")
+
+
+def _archival() -> str:
+    """``.git_archival.txt`` as ``git archive`` fills it in (``export-subst``) for HEAD."""
+    node, date = _git("log", "-1", "--format=%H %cI").split()
+    return f"node: {node}\nnode-date: {date}\ndescribe-name: {_describe()}\n"
+
+
+def expected_version() -> str:
+    """The version setuptools-scm gives HEAD: its tag, or the next patch's dev release."""
+    found = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)(?:-(\d+)-g([0-9a-f]+))?", _describe())
+    assert found, f"no vMAJOR.MINOR.PATCH tag behind HEAD: {_describe()}"
+    major, minor, patch, distance, node = found.groups()
+    if distance is None:
+        return f"{major}.{minor}.{patch}"
+    return f"{major}.{minor}.{int(patch) + 1}.dev{distance}+g{node}"
+
+
 def _copy_sources(target: Path) -> Path:
-    """Copy what a build sees (flows/ and devstack/ included, to prove they stay out)."""
+    """Copy what a build sees (flows/ and devstack/ included, to prove they stay out).
+
+    No ``.git``: the version comes from ``.git_archival.txt``, filled in for HEAD as
+    ``git archive`` does, so the build reads git's tags the way a source archive carries them.
+    """
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".devstack")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, target / name)
+    (target / ".git_archival.txt").write_text(_archival())
     for package in ("producer_lib", "lakehouse_writer", "flows", "devstack"):
         shutil.copytree(REPO / package, target / package, ignore=ignore)
     return target
@@ -174,6 +206,25 @@ def test_the_wheel_ships_the_libraries_only(wheel: Path) -> None:
     assert not [r for r in unconditional if re.split(r"[<>=~ ;\[]", r)[0] in SPARK_SIDE]
     assert all(re.search(r"[<>]=?", r) for r in unconditional), "ranges, not bare names"
     assert not [r for r in unconditional if "==" in r], "ranges in the wheel, pins in constraints"
+
+
+def test_the_wheel_reports_its_version_from_the_git_tags(
+    wheel: Path, base_venv: FlowVenv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    version = expected_version()
+    with capsys.disabled():
+        print(f"\nwheel {wheel.name}: version {version} (git describe: {_describe()})")
+    assert wheel.name.startswith(f"flow_platform-{version}-")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "no LICENSE"
+        assert "lakehouse_writer/log4j2/json.properties" in names
+    assert f"\nVersion: {version}\n" in metadata.decode()
+    said = base_venv.run("producer-lib", "--version", cwd=tmp_path).stdout
+    assert said == f"producer-lib {version}\n"
+    script = "import producer_lib; print(producer_lib.__version__)"
+    assert base_venv.run("python", "-c", script, cwd=tmp_path).stdout.strip() == version
 
 
 @pytest.mark.parametrize("venv_name", ["base_venv", "producer_venv"])

@@ -155,3 +155,16 @@ def test_registry_error_names_both_variables(monkeypatch):
     with pytest.raises(ConfigError, match="SCHEMA_REGISTRY_BASIC_AUTH_USER") as caught:
         SchemaRegistrySettings()
     assert "S3cr3t" not in str(caught.value)
+
+
+def test_empty_trigger_and_catalog_variables_mean_their_defaults(monkeypatch, tmp_path):
+    from producer_lib.settings import SchemaRegistrySettings, TriggerSettings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLOW_HTTP_WAIT_S", "")
+    monkeypatch.setenv("FLOW_SCHEMAS_TOPIC", " ")
+    assert TriggerSettings().http_wait_s == 200.0
+    assert SchemaRegistrySettings().schemas_topic == "_flow_schemas"
+    monkeypatch.setenv("FLOW_HTTP_WAIT_S", "-1")
+    with pytest.raises(ConfigError, match="FLOW_HTTP_WAIT_S"):
+        TriggerSettings()

@@ -4,7 +4,8 @@ Every secret setting holds a distinctive value (all contain ``S3cr3t``) while on
 is broken; the test then reads every channel a user or an operator sees: the exception's
 ``str``/``repr`` and a logged traceback, ``producer-lib run`` (a real process), ``producer-lib
 serve`` (a real server on a loopback port: ``POST /run``, ``GET /health`` and its own log),
-``lakehouse-writer run`` (a real process) and the files it leaves in its checkpoint.
+``lakehouse-writer run`` (a real process) and the files it leaves in its checkpoint; with
+``LOG_FORMAT=json`` too (the log lines then carry context fields and exception traces).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 
 from producer_lib.auth import AuthSettings
 from producer_lib.errors import ConfigError
+from producer_lib.logs import JsonFormatter
 from producer_lib.settings import (
     KafkaSettings,
     OracleConnectionSettings,
@@ -47,7 +49,7 @@ SECRETS = {
     ),
     "SECRET_STARTEK_SOURCE": "S3cr3t-startek-token-xyz",
 }
-_OWN_PREFIXES = ("KAFKA_", "SCHEMA_REGISTRY_", "FLOW_", "AZURE_", "SECRET_", "LAKEHOUSE_")
+_OWN_PREFIXES = ("KAFKA_", "SCHEMA_REGISTRY_", "FLOW_", "AZURE_", "SECRET_", "LAKEHOUSE_", "LOG_")
 
 FLOW_MODULE = '''
 """A flow whose reader needs the Labware-Source Oracle secret (as the seed's function_app)."""
@@ -84,6 +86,12 @@ CASES = [
         "KAFKA_SASL_MECHANISM=PLAIN needs KAFKA_SECURITY_PROTOCOL",
         True,
         id="kafka-sasl-without-protocol",
+    ),
+    pytest.param(  # the same, every command logging JSON lines (LOG_FORMAT=json)
+        {"KAFKA_SASL_MECHANISM": "PLAIN", "LOG_FORMAT": "json"},
+        "KAFKA_SASL_MECHANISM=PLAIN needs KAFKA_SECURITY_PROTOCOL",
+        True,
+        id="kafka-sasl-without-protocol-json-logs",
     ),
     pytest.param(
         {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_MECHANISM": "OAUTHBEARER"},
@@ -290,6 +298,7 @@ def test_no_secret_in_errors_reprs_or_logs(
                 log.exception("settings failed: %s", exc)  # the traceback, chained causes too
     assert any(named in str(e) for e in errors), errors
     shown.append(caplog.text)
+    shown += [JsonFormatter().format(record) for record in caplog.records]  # LOG_FORMAT=json
     assert not [text for text in shown if MARK in text]
 
 

@@ -8,6 +8,7 @@ import asyncio
 import http.client
 import importlib.util
 import json
+import logging
 import os
 import re
 import secrets
@@ -147,6 +148,21 @@ def test_the_timer_is_opt_in_and_runs_a_delta_load(monkeypatch, numbers_flow):
     assert logged[-1]["delta_pointer"] == 14
 
 
+def test_log_format_json_gives_the_hosts_handlers_json_lines(monkeypatch, numbers_flow, caplog):
+    """The Functions worker owns the root logger's handlers; LOG_FORMAT=json formats them."""
+    root = logging.getLogger()
+    level, formatter = root.level, caplog.handler.formatter
+    try:
+        load_function_app(monkeypatch, **numbers_flow, LOG_FORMAT="json", LOG_LEVEL="INFO")
+        logging.getLogger("my_flows.orders").info("loaded table=SHOP.ORDERS rows=3")
+    finally:
+        root.setLevel(level)
+        caplog.handler.setFormatter(formatter)
+    line = json.loads(caplog.text.strip().splitlines()[-1])
+    assert line["message"] == "loaded table=SHOP.ORDERS rows=3" and line["table"] == "SHOP.ORDERS"
+    assert line["level"] == "INFO" and line["logger"] == "my_flows.orders"
+
+
 # -- host.json, local.settings.json.example ----------------------------------------------
 
 
@@ -191,6 +207,7 @@ def test_local_settings_example_names_every_setting_and_holds_no_secret():
         "FLOW_RUNNER",
         "FLOW_HTTP_WAIT_S",
         "FLOW_TIMER_SCHEDULE",
+        "LOG_FORMAT",
     ):
         assert name in values, name
     secrets = {k: v for k, v in values.items() if k.startswith("SECRET_")}
