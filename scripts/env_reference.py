@@ -35,6 +35,7 @@ if str(REPO) not in sys.path:  # run as a script: the repository's packages firs
 
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
 from producer_lib.auth.settings import AuthSettings  # noqa: E402
+from producer_lib.runner.serve_guard import ServeSettings  # noqa: E402
 from producer_lib.settings import (  # noqa: E402
     AzureStorageSettings,
     EnvSettings,
@@ -67,8 +68,9 @@ SECTIONS: list[tuple[str, str, list[type[EnvSettings]]]] = [
     (
         "Who may call a flow's HTTP server",
         "Function keys and Microsoft Entra ID tokens that `producer-lib serve` accepts "
-        "(`producer_lib.auth.AuthSettings`); see docs/SERVING.md.",
-        [AuthSettings],
+        "(`producer_lib.auth.AuthSettings`), and the server's limits (`ServeSettings`); see "
+        "docs/SERVING.md.",
+        [AuthSettings, ServeSettings],
     ),
     (
         "Azure storage in a flow's SQL",
