@@ -2,22 +2,23 @@
 
 Run: ``.venv/bin/python bench/compaction.py [--batches N] [--rows R] [--variants a,b,c]``
 
-One table per variant, created by :class:`lakehouse_writer.tables.TableManager` as the writer
-makes it (the ``bench/layout.py`` shape: key ``ID`` and three payload columns; Change Data
+One table per variant, created by :class:`lakehouse_writer.tables.manager.TableManager` as the
+writer makes it (the ``bench/layout.py`` shape: key ``ID`` and three payload columns; Change Data
 Feed, deletion vectors), takes N micro-batches (default 500) of R rows (default 100: R/5
 updates of the previous batch's keys, the rest new keys) through the writer's own path,
-:func:`lakehouse_writer.apply.apply_batch`, in one ``local[2]`` session:
+:func:`lakehouse_writer.engines.spark.apply.apply_batch`, in one ``local[2]`` session:
 
 - ``spark_auto``: Spark MERGEs, the table with ``delta.autoOptimize.autoCompact = true``
   (Delta's auto-compaction: after a commit that leaves enough small files, a compaction runs
   inside the same write, synchronously);
 - ``spark_off``: Spark MERGEs, no auto-compaction (the writer's default);
 - ``deltars``: the writer's small-batch path, delta-rs in the driver
-  (:class:`lakehouse_writer.small.SmallChanges`); Spark's auto-compaction cannot run there.
+  (:class:`lakehouse_writer.engines.delta_rs.writes.SmallChanges`); Spark's auto-compaction cannot
+  run there.
 
 Per variant: ``write_s`` (the N batches), batch seconds p50/p99/max, the compactions
 auto-compaction committed, data files and bytes of the latest version, a full scan (count,
-sum, max; best of 3), then one :func:`lakehouse_writer.maintain.maintain_tables` pass
+sum, max; best of 3), then one :func:`lakehouse_writer.tables.maintain.maintain_tables` pass
 (``maintain_s``) and the files and scan after it. Figures go to ``docs/PERFORMANCE.md``.
 Last line: ``RESULT {json}``.
 """
@@ -40,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from layout import T0, decoded, schema  # noqa: E402  (bench/ is this script's directory)
 
 from bench.maintenance import scan_s  # noqa: E402
-from lakehouse_writer.apply import apply_batch  # noqa: E402
-from lakehouse_writer.maintain import maintain_tables  # noqa: E402
-from lakehouse_writer.retention import MaintainSettings  # noqa: E402
-from lakehouse_writer.session import build_spark_session  # noqa: E402
-from lakehouse_writer.small import SmallChanges  # noqa: E402
-from lakehouse_writer.tables import TableInfo, TableManager  # noqa: E402
+from lakehouse_writer.engines.delta_rs.writes import SmallChanges  # noqa: E402
+from lakehouse_writer.engines.spark.apply import apply_batch  # noqa: E402
+from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
+from lakehouse_writer.tables.maintain import maintain_tables  # noqa: E402
+from lakehouse_writer.tables.manager import TableInfo, TableManager  # noqa: E402
+from lakehouse_writer.tables.retention import MaintainSettings  # noqa: E402
 
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"  # the table property; Delta 4.x reads it
 VARIANTS = ("spark_auto", "spark_off", "deltars")

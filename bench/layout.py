@@ -3,22 +3,22 @@
 Run: ``.venv/bin/python bench/layout.py [--rows N] [--files F] [--max-file-mb M] [--rounds K]``
 
 Two tables of N rows (default 10,000,000; key ``ID``, three payload columns), created by
-:class:`lakehouse_writer.tables.TableManager` (Change Data Feed, deletion vectors, statistics
-as the writer makes them), in one ``local[2]`` session:
+:class:`lakehouse_writer.tables.manager.TableManager` (Change Data Feed, deletion vectors,
+statistics as the writer makes them), in one ``local[2]`` session:
 
 - ``unclustered``: the rows appended in F Spark tasks by a hash of the key (default 64), as
   Kafka partitions by key hash scatter keys, so every file holds keys from the whole range;
 - ``clustered``: the same rows into a table created with ``clusterBy`` ``ID``;
 
-then one :func:`lakehouse_writer.maintain.maintain_tables` pass over both (what
+then one :func:`lakehouse_writer.tables.maintain.maintain_tables` pass over both (what
 ``lakehouse-writer maintain`` does): compaction bin-packs the unclustered table and clusters
 the clustered one. ``--max-file-mb`` sets OPTIMIZE's largest file
 (``spark.databricks.delta.optimize.maxFileSize``; Delta's default 1 GiB leaves 10 M narrow
 rows, ~140 MB, in one file, where no layout can skip a file).
 
 Each table then takes K rounds (default 3; best of K is reported) of two batches through the
-writer's own path (:func:`lakehouse_writer.apply.apply_batch`: the batch summary, the
-key-range condition of :mod:`lakehouse_writer.merge`, Delta's MERGE), fresh rows each round
+writer's own path (:func:`lakehouse_writer.engines.spark.apply.apply_batch`: the batch summary, the
+key-range condition of :mod:`lakehouse_writer.rules.merge`, Delta's MERGE), fresh rows each round
 (a later change time, other keys; the table is not restored, so each round merges into the
 previous round's result):
 
@@ -48,11 +48,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakehouse_writer.apply import apply_batch, conform  # noqa: E402
-from lakehouse_writer.maintain import maintain_tables  # noqa: E402
-from lakehouse_writer.retention import MaintainSettings  # noqa: E402
-from lakehouse_writer.session import build_spark_session  # noqa: E402
-from lakehouse_writer.tables import TableInfo, TableManager  # noqa: E402
+from lakehouse_writer.engines.spark.apply import apply_batch, conform  # noqa: E402
+from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
+from lakehouse_writer.tables.maintain import maintain_tables  # noqa: E402
+from lakehouse_writer.tables.manager import TableInfo, TableManager  # noqa: E402
+from lakehouse_writer.tables.retention import MaintainSettings  # noqa: E402
 from producer_lib.schema import AvroDecimal, AvroLong, AvroNVarchar, ValueSchema  # noqa: E402
 
 T0 = 1_700_000_000_000_000  # µs: the loaded rows' change time; changes come later
@@ -74,7 +74,8 @@ def schema(name: str, clustered: bool) -> ValueSchema:
 
 
 def decoded(ids: Any, change: str, time_us: int) -> Any:
-    """Decoded rows as :mod:`lakehouse_writer.read` yields them, one per ``id`` of ``ids``."""
+    """Decoded rows as :mod:`lakehouse_writer.read.decode` yields them, one per ``id`` of
+    ``ids``."""
     from pyspark.sql import functions as F
 
     regions = F.array(*[F.lit(r) for r in ("NORTH", "SOUTH", "EAST", "WEST")])

@@ -11,7 +11,7 @@ the timing:
 - ``files_before``/``bytes_before``: data files of the latest version; ``stored_before``:
   files under the table directory (every version, Change Data Feed files);
 - ``scan_before_s``: a full scan (count and sum over every column a query reads), best of K;
-- ``maintain_s``: one pass of :func:`lakehouse_writer.maintain.maintain_tables` (compaction,
+- ``maintain_s``: one pass of :func:`lakehouse_writer.tables.maintain.maintain_tables` (compaction,
   VACUUM with the platform history of 168 h, so nothing old goes yet; log checkpoint);
 - ``files_after``, ``stored_after``, ``scan_after_s`` the same after it;
 - ``write_s``: the N batches' wall time (delta-rs), for scale; ``maintain_steps_s``: the
@@ -35,9 +35,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakehouse_writer.maintain import maintain_tables  # noqa: E402
-from lakehouse_writer.retention import MaintainSettings  # noqa: E402
-from lakehouse_writer.session import build_spark_session  # noqa: E402
+from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
+from lakehouse_writer.tables.maintain import maintain_tables  # noqa: E402
+from lakehouse_writer.tables.retention import MaintainSettings  # noqa: E402
 
 MERGE_EVERY = 5  # every fifth batch updates stored keys, as a stream of changes does
 

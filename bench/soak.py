@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tables import COLUMNS, CommitsSeen, delete_topics  # noqa: E402
 from devstack import broker  # noqa: E402
-from lakehouse_writer.catalog import SCHEMAS_TOPIC  # noqa: E402
+from lakehouse_writer.read.catalog import SCHEMAS_TOPIC  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
 from producer_lib.kafka import KafkaProducer, Target  # noqa: E402
 from producer_lib.schema import KeySchema, RowType, ValueSchema  # noqa: E402

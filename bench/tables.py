@@ -57,10 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack import broker  # noqa: E402
 from lakehouse_writer import job  # noqa: E402
-from lakehouse_writer.catalog import SCHEMAS_TOPIC  # noqa: E402
-from lakehouse_writer.session import build_spark_session  # noqa: E402
+from lakehouse_writer.read.catalog import SCHEMAS_TOPIC  # noqa: E402
+from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
-from lakehouse_writer.tables import TableRef  # noqa: E402
+from lakehouse_writer.tables.manager import TableRef  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
 from producer_lib.kafka import KafkaProducer, Target  # noqa: E402
 from producer_lib.schema import KeySchema, RowType, ValueSchema  # noqa: E402

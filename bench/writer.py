@@ -53,10 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack import broker  # noqa: E402
 from lakehouse_writer import apply, job, read  # noqa: E402
-from lakehouse_writer.session import build_spark_session  # noqa: E402
+from lakehouse_writer.ops.status import read_status  # noqa: E402
+from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
-from lakehouse_writer.status import read_status  # noqa: E402
-from lakehouse_writer.tables import TableRef  # noqa: E402
+from lakehouse_writer.tables.manager import TableRef  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
 from producer_lib.kafka import KafkaProducer, Target  # noqa: E402
 from producer_lib.schema import KeySchema, RowType, ValueSchema  # noqa: E402
@@ -250,11 +250,11 @@ def phase_load(
 ) -> dict[str, Any]:
     """(a) or (m): the writer applies the initial load on a fresh lakehouse."""
     one_pass = _OnePassSeen()
-    logging.getLogger("lakehouse_writer.reload").addHandler(one_pass)
+    logging.getLogger("lakehouse_writer.engines.spark.reload").addHandler(one_pass)
     try:
         secs = run_writer_once(spark, settings)
     finally:
-        logging.getLogger("lakehouse_writer.reload").removeHandler(one_pass)
+        logging.getLogger("lakehouse_writer.engines.spark.reload").removeHandler(one_pass)
     path = TableRef.of(schema).path(settings.lakehouse_path)
     count_rows(spark, path, rows, name)
     ops = [info.get("operation", "?") for info in delta_commits(path)]
@@ -275,7 +275,8 @@ def phase_load(
 
 
 class _OnePassSeen(logging.Handler):
-    """Whether the writer logged a reload written in one pass (lakehouse_writer.reload)."""
+    """Whether the writer logged a reload written in one pass
+    (lakehouse_writer.engines.spark.reload)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -428,7 +429,9 @@ def compare_merge(
     """(m): (a) on a fresh lakehouse with ``apply._is_empty`` (fast path test) always False."""
     is_empty = getattr(apply, "_is_empty", None)
     if is_empty is None:
-        return {"merge_forced": "unavailable (lakehouse_writer.apply._is_empty is gone)"}
+        return {
+            "merge_forced": "unavailable (lakehouse_writer.engines.spark.apply._is_empty is gone)"
+        }
     apply._is_empty = lambda rows, table: False  # type: ignore[attr-defined]
     try:
         settings = writer_settings(bootstrap, f"{work}/merged", topic).model_copy(
@@ -509,7 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     log.setLevel(logging.INFO)
-    logging.getLogger("lakehouse_writer.reload").setLevel(logging.INFO)  # one pass or not
+    logging.getLogger("lakehouse_writer.engines.spark.reload").setLevel(
+        logging.INFO
+    )  # one pass or not
     if args.verbose:
         logging.getLogger("lakehouse_writer").setLevel(logging.INFO)
     with broker.bootstrap_servers() as bootstrap:

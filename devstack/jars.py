@@ -3,7 +3,7 @@
 The broker's and the registry's dependencies are ``devstack/pom.xml`` (profiles ``broker`` and
 ``registry``). Resolution runs ``mvn dependency:copy-dependencies`` once; a stamp holding the
 pom's hash makes later calls free until the pom changes. The ``spark`` profile is the writer's
-own: :mod:`lakehouse_writer.jars` holds those coordinates (an installed writer resolves them
+own: :mod:`lakehouse_writer.runtime.jars` holds those coordinates (an installed writer resolves them
 without this repository) and its folder (``LAKEHOUSE_JARS_DIR``, else
 ``~/.cache/flow-platform/jars/spark``) is the one devstack reports. Spark gets its jars through
 ``spark.jars`` (:func:`spark_jars`), never through Ivy ``packages``.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from devstack import paths, tools
 from devstack.errors import DevstackError
-from lakehouse_writer import jars as writer_jars
+from lakehouse_writer.runtime import jars as writer_jars
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """Command line: ``lakehouse-writer run --lakehouse PATH --checkpoint PATH [--once] ...``.
 
 ``status`` and ``resume-table NAMESPACE.NAME`` (same ``--lakehouse``/``--checkpoint``) are the
-operator's commands (:mod:`lakehouse_writer.admin`, docs/OPERATIONS.md); ``maintain
+operator's commands (:mod:`lakehouse_writer.ops.admin`, docs/OPERATIONS.md); ``maintain
 [--table NAMESPACE.NAME ...] [--dry-run]`` compacts, vacuums and checkpoints the tables
-(:mod:`lakehouse_writer.maintain`). ``run`` serves
+(:mod:`lakehouse_writer.tables.maintain`). ``run`` serves
 metrics and commits to a monitoring consumer group as ``LAKEHOUSE_METRICS_PORT`` and
-``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.watch`).
+``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.ops.watch`).
 
 SIGTERM or SIGINT stop the writer after the batch it is applying (exit code 0, status file
 state ``stopped``). A failed run exits with 1: the status file says ``failed`` with the root
@@ -18,7 +18,7 @@ same command for callers that read exceptions, not exit codes (a Databricks
 
 The Spark master is ``--master``, else the one ``spark-submit`` or a running session has,
 else ``SPARK_MASTER``, else ``spark.master`` of ``spark-defaults.conf``, else ``local[2]``
-(:func:`lakehouse_writer.session.resolve_master`).
+(:func:`lakehouse_writer.runtime.session.resolve_master`).
 """
 
 from __future__ import annotations
@@ -280,11 +280,11 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     """
     from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
-    from lakehouse_writer.failure import keep_traces_off_stderr, report_failure
-    from lakehouse_writer.probe import probe_kafka
-    from lakehouse_writer.session import refuse_spark_connect
-    from lakehouse_writer.storage import is_local
-    from lakehouse_writer.watch import watching
+    from lakehouse_writer.ops.failure import keep_traces_off_stderr, report_failure
+    from lakehouse_writer.ops.probe import probe_kafka
+    from lakehouse_writer.ops.watch import watching
+    from lakehouse_writer.runtime.session import refuse_spark_connect
+    from lakehouse_writer.runtime.storage import is_local
 
     try:
         refuse_spark_connect(dict(args.conf))  # before anything starts
@@ -315,7 +315,11 @@ def start_session(
         SparkConnectUnsupported: The session would be a Spark Connect one.
         ConnectorsMissing: The session lacks the Kafka, Avro or Delta classes.
     """
-    from lakehouse_writer.session import build_spark_session, check_connectors, resolve_master
+    from lakehouse_writer.runtime.session import (
+        build_spark_session,
+        check_connectors,
+        resolve_master,
+    )
 
     master = resolve_master(args.master, configured=settings.spark_master if settings else None)
     conf = dict(args.conf)
@@ -339,7 +343,7 @@ def jvm_logging(
     WARN. Java options given in ``conf`` come after the writer's, so a
     ``-Dlog4j2.configurationFile`` of the user's wins.
     """
-    folder = Path(__file__).parent / "log4j2"
+    folder = Path(__file__).parent / "runtime" / "log4j2"
     jvm_level = "WARN" if level <= logging.WARNING else logging.getLevelName(level)
     options = [
         f"-Dlog4j2.configurationFile={folder / f'{settings.format}.properties'}",
@@ -353,10 +357,10 @@ def jvm_logging(
 
 def admin_command(args: argparse.Namespace) -> int:
     """``status``, ``resume-table`` (admin) or ``maintain``; returns the exit code."""
-    from lakehouse_writer.admin import resume_command, status_command
     from lakehouse_writer.errors import LakehouseWriterError
-    from lakehouse_writer.maintain import maintain_command
+    from lakehouse_writer.ops.admin import resume_command, status_command
     from lakehouse_writer.settings import LakehouseSettings
+    from lakehouse_writer.tables.maintain import maintain_command
 
     try:
         configure_logging("WARNING")  # LOG_FORMAT, LOG_LEVEL: an operator's command says little

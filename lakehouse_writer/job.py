@@ -2,18 +2,19 @@
 
 :class:`BatchProcessor` is what ``foreachBatch`` calls. Per micro-batch it reads, decodes and
 caches the batch in one pass and finds the highest offset of every topic partition
-(:mod:`lakehouse_writer.scan`), decodes the rows of schemas it did not expect
-(:mod:`lakehouse_writer.read`) and applies them per table (:mod:`lakehouse_writer.apply`; the
-tables of a batch are created, and applied, several at a time: :mod:`lakehouse_writer.parallel`),
-appends ``_rejected``, ``_execution_log`` and ``_lineage``, writes the ``_commits`` rows of
-the commits now complete (:mod:`lakehouse_writer.commits`), and last the batch's state
-(:mod:`lakehouse_writer.state`; it holds the TRUNCATEs applied, too). Every write is
-idempotent per batch id, so a replay after a crash is harmless; a batch the state already
-holds is skipped outright. While the scan job runs, a second thread creates what the batch
-will write to and is missing; a running writer builds, between batches, the Delta state of
-the tables it just merged into (:class:`~lakehouse_writer.ahead.Ahead`). Failed runs:
-:mod:`~lakehouse_writer.failure`; the checks before the query starts:
-:mod:`~lakehouse_writer.topics`, :mod:`~lakehouse_writer.probe`.
+(:mod:`lakehouse_writer.read.scan`), decodes the rows of schemas it did not expect
+(:mod:`lakehouse_writer.read.decode`) and applies them per table
+(:mod:`lakehouse_writer.engines.spark.apply`; the tables of a batch are created, and applied,
+several at a time: :mod:`lakehouse_writer.route.parallel`), appends ``_rejected``,
+``_execution_log`` and ``_lineage``, writes the ``_commits`` rows of the commits now complete
+(:mod:`lakehouse_writer.commit.commits`), and last the batch's state
+(:mod:`lakehouse_writer.commit.state`; it holds the TRUNCATEs applied, too). Every write is
+idempotent per batch id, so a replay after a crash is harmless; a batch the state already holds is
+skipped outright. While the scan job runs, a second thread creates what the batch will write to and
+is missing; a running writer builds, between batches, the Delta state of the tables it just merged
+into (:class:`~lakehouse_writer.route.ahead.Ahead`). Failed runs:
+:mod:`~lakehouse_writer.ops.failure`; the checks before the query starts:
+:mod:`~lakehouse_writer.read.topics`, :mod:`~lakehouse_writer.ops.probe`.
 """
 
 from __future__ import annotations
@@ -26,45 +27,26 @@ from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer import txn
-from lakehouse_writer.ahead import Ahead
-from lakehouse_writer.apply import ApplyResult, apply_batch
-from lakehouse_writer.catalog import RegistryLookups, SchemaCatalog
-from lakehouse_writer.checkpoint_guard import (
+from lakehouse_writer.commit.checkpoint_guard import (
     check_checkpoint,
     check_lakehouse,
     concurrent_start,
 )
-from lakehouse_writer.commits import (
+from lakehouse_writer.commit.commits import (
     COMMIT_ROW_SCHEMA,
     BadCommitRecord,
     CommitRecord,
     commit_frame,
     commit_rows,
 )
-from lakehouse_writer.conflicts import retry_on_conflict
-from lakehouse_writer.driver_read import DriverRead
-from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.failure import Failure, report_failure, root_cause, secrets_of
-from lakehouse_writer.holdback import Holdback
-from lakehouse_writer.parallel import Outcome, TableApplier, on_session
-from lakehouse_writer.probe import probe_kafka
-from lakehouse_writer.read import (
-    DecodedBatch,
-    decode_batch,
-    source_options,
-    with_raw_bytes,
+from lakehouse_writer.commit.state import (
+    COMPACT_EVERY,
+    STATE,
+    BatchChanges,
+    StateStore,
+    WriterState,
 )
-from lakehouse_writer.reload import ReloadBet, Speculation
-from lakehouse_writer.scan import BatchScan, ExpectedSchemas, collect, scan
-from lakehouse_writer.scheduled import ScheduledMaintenance
-from lakehouse_writer.session import require_classic
-from lakehouse_writer.small import SmallChanges
-from lakehouse_writer.small_tables import SmallTables
-from lakehouse_writer.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
-from lakehouse_writer.status import BatchStats, lag_of, record_lag, write_status
-from lakehouse_writer.storage import CheckpointFiles
-from lakehouse_writer.system_tables import (
+from lakehouse_writer.commit.system_tables import (
     REJECTED,
     DeltaRsAppend,
     append_system,
@@ -74,13 +56,38 @@ from lakehouse_writer.system_tables import (
     rejected_rows,
     system_txn,
 )
-from lakehouse_writer.tables import (
+from lakehouse_writer.engines.delta_rs.small_tables import SmallTables
+from lakehouse_writer.engines.delta_rs.writes import SmallChanges
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.engines.spark.apply import ApplyResult, apply_batch
+from lakehouse_writer.engines.spark.conflicts import retry_on_conflict
+from lakehouse_writer.engines.spark.reload import ReloadBet, Speculation
+from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.ops.failure import Failure, report_failure, root_cause, secrets_of
+from lakehouse_writer.ops.probe import probe_kafka
+from lakehouse_writer.ops.status import BatchStats, lag_of, record_lag, write_status
+from lakehouse_writer.read.catalog import RegistryLookups, SchemaCatalog
+from lakehouse_writer.read.decode import (
+    DecodedBatch,
+    decode_batch,
+    source_options,
+    with_raw_bytes,
+)
+from lakehouse_writer.read.driver_read import DriverRead
+from lakehouse_writer.read.holdback import Holdback
+from lakehouse_writer.read.scan import BatchScan, ExpectedSchemas, collect, scan
+from lakehouse_writer.read.topics import TopicPattern
+from lakehouse_writer.route.ahead import Ahead
+from lakehouse_writer.route.parallel import Outcome, TableApplier, on_session
+from lakehouse_writer.rules.truncate import TruncateLog
+from lakehouse_writer.runtime.session import require_classic
+from lakehouse_writer.runtime.storage import CheckpointFiles
+from lakehouse_writer.tables.manager import (
     TableInfo,
     TableManager,
     TableRef,
 )
-from lakehouse_writer.topics import TopicPattern
-from lakehouse_writer.truncate import TruncateLog
+from lakehouse_writer.tables.scheduled import ScheduledMaintenance
 from producer_lib.timing import Steps
 
 if TYPE_CHECKING:
@@ -144,7 +151,7 @@ class BatchProcessor:
         settings: Where to read and write.
         instance_id: The writer instance id of the checkpoint (Delta txnAppId).
         warm: Build the state of merged tables between batches
-            (:meth:`~lakehouse_writer.ahead.Ahead.warm`); for a
+            (:meth:`~lakehouse_writer.route.ahead.Ahead.warm`); for a
             writer that waits for its next trigger, not one that drains and exits.
         ours: The topics regex as the JVM compiled it; None compiles ``topics_regex``.
 
@@ -176,7 +183,9 @@ class BatchProcessor:
         self._persisted: list[DataFrame] = []
         self._merged: list[str] = []  # paths of the tables merged into by the running batch
         self._expected = ExpectedSchemas()
-        self._workers = settings.apply_workers  # tables applied at once (lakehouse_writer.parallel)
+        self._workers = (
+            settings.apply_workers
+        )  # tables applied at once (lakehouse_writer.route.parallel)
         self._small = SmallChanges(settings.small_merge_rows)  # few rows: merged by delta-rs
         self._maintenance = ScheduledMaintenance(  # opt-in: LAKEHOUSE_MAINTAIN_INTERVAL_S
             spark,
@@ -306,13 +315,13 @@ class BatchProcessor:
     def _scan(self, source: DataFrame, batch_id: int) -> ScannedBatch:
         """Read the batch once: the rows held back before in front, maybe a reload bet.
 
-        While the scan job runs, :class:`~lakehouse_writer.ahead.Ahead` makes the tables it
-        expects; :class:`~lakehouse_writer.holdback.Holdback` finds the transactions the
-        batch holds whole; :class:`~lakehouse_writer.reload.ReloadBet` may write one topic's
-        rows in the pass that reads them; :func:`~lakehouse_writer.scan.scan` reads, decodes
-        and counts the rest, or, for a batch small enough for the driver to apply whole,
-        :class:`~lakehouse_writer.driver_read.DriverRead` reads its offset ranges into the
-        driver (by Spark's job should it give up) and :func:`~lakehouse_writer.scan.collect`
+        While the scan job runs, :class:`~lakehouse_writer.route.ahead.Ahead` makes the tables it
+        expects; :class:`~lakehouse_writer.read.holdback.Holdback` finds the transactions the
+        batch holds whole; :class:`~lakehouse_writer.engines.spark.reload.ReloadBet` may write one
+        topic's rows in the pass that reads them; :func:`~lakehouse_writer.read.scan.scan` reads,
+        decodes and counts the rest, or, for a batch small enough for the driver to apply whole,
+        :class:`~lakehouse_writer.read.driver_read.DriverRead` reads its offset ranges into the
+        driver (by Spark's job should it give up) and :func:`~lakehouse_writer.read.scan.collect`
         counts them.
         """
         expected = self._ahead.batch_starts()
@@ -380,12 +389,13 @@ class BatchProcessor:
     ) -> tuple[list[ApplyResult], list[DataFrame]]:
         """Decode the batch's data rows, apply them table by table; commit its reload.
 
-        The small tables go first, without Spark (:mod:`lakehouse_writer.small_tables`); the
-        rows of the tables it leaves are decoded and applied by Spark.
+        The small tables go first, without Spark
+        (:mod:`lakehouse_writer.engines.delta_rs.small_tables`); the rows of the tables it leaves
+        are decoded and applied by Spark.
 
         The reload's rows are not in the batch's frame; should it hold rows of the reload's
         table all the same (from another topic), the reload's files are dropped and its rows
-        applied with them (:meth:`~lakehouse_writer.reload.ReloadBet.settle`).
+        applied with them (:meth:`~lakehouse_writer.engines.spark.reload.ReloadBet.settle`).
         """
         headers, changes = batch.found.headers, batch.changes
         data_topics = sorted(headers.keys() - self._system_topics)
@@ -608,7 +618,7 @@ def whole_names(regex: str) -> str:
 
     Spark's Kafka source finds the pattern anywhere in a name (``Regex.findFirstIn``): alone,
     ``orders`` would subscribe ``backorders`` too. The writer's own topic filter
-    (:class:`~lakehouse_writer.topics.TopicPattern`) and the docs mean the whole name.
+    (:class:`~lakehouse_writer.read.topics.TopicPattern`) and the docs mean the whole name.
     """
     return f"^(?:{regex})$"
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 
-from lakehouse_writer.retention import MaintainSettings
+from lakehouse_writer.tables.retention import MaintainSettings
 from producer_lib.settings import EnvSettings, KafkaSettings, SchemaRegistrySettings
 from producer_lib.settings.base import blank_is_unset
 
@@ -56,15 +56,16 @@ class LakehouseSettings(EnvSettings):
         max_offsets_per_trigger: Bound of one batch; None reads all that is there.
         reload_one_pass_min_rows: A batch with at least this many offsets of one topic that
             looks like a reload into an empty table is written in the pass that reads it
-            (:mod:`lakehouse_writer.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``); 0: never.
+            (:mod:`lakehouse_writer.engines.spark.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``);
+            0: never.
         small_merge_rows: A table's batch of at most this many rows is merged by delta-rs in
-            the driver, not by a Spark MERGE (:mod:`lakehouse_writer.small`;
+            the driver, not by a Spark MERGE (:mod:`lakehouse_writer.engines.delta_rs.writes`;
             ``LAKEHOUSE_SMALL_MERGE_ROWS``), and, where its rows allow, decoded there too
-            (:mod:`lakehouse_writer.small_tables`); also the most rows the driver holds at
-            once for that. 0: never.
+            (:mod:`lakehouse_writer.engines.delta_rs.small_tables`); also the most rows the driver
+            holds at once for that. 0: never.
         driver_read_rows: A batch of at most this many messages, none of whose topics has
             more than ``small_merge_rows``, is read into the driver whole by a Kafka
-            consumer instead of a Spark job (:mod:`lakehouse_writer.driver_read`;
+            consumer instead of a Spark job (:mod:`lakehouse_writer.read.driver_read`;
             ``LAKEHOUSE_DRIVER_READ_ROWS``): what the driver's Python process holds of the
             batch at once. 0: never.
         deletion_vectors: Create new tables with deletion vectors

@@ -1,7 +1,7 @@
 """Prometheus text exposition format (0.0.4): metric families as lines, for ``/metrics``.
 
 Shared by ``producer-lib serve`` (:mod:`producer_lib.runner.metrics`) and the lakehouse
-writer (:mod:`lakehouse_writer.metrics`); no client library needed.
+writer (:mod:`lakehouse_writer.ops.metrics`); no client library needed.
 """
 
 from __future__ import annotations

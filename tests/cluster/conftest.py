@@ -7,7 +7,7 @@ group, so :meth:`SparkCluster.kill_worker` takes its executor along, as a lost m
 
 The writer goes to it the way docs/CLUSTER.md tells users: :func:`spark_submit_argv` builds
 the ``spark-submit`` line (the connector jars of ``devstack jars`` /
-``lakehouse_writer/jars.py`` given with ``--jars``, the driver file :data:`WRITER_MAIN`).
+``lakehouse_writer/runtime/jars.py`` given with ``--jars``, the driver file :data:`WRITER_MAIN`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse_writer import jars
+from lakehouse_writer.runtime import jars
 from tests.support.ports import free_port_pair
 
 VENV_BIN = Path(sys.executable).parent

@@ -1,6 +1,6 @@
 """The writer's checkpoint deleted while the lakehouse (with ``_writer_state``) stays.
 
-Chosen behaviour (lakehouse_writer/checkpoint_guard.py): the writer stops before reading a
+Chosen behaviour (lakehouse_writer/commit/checkpoint_guard.py): the writer stops before reading a
 row, naming the instance whose progress the lakehouse holds, its topic partitions and
 offsets, and what to do (restore that checkpoint, or use a new lakehouse path). Resuming
 from ``_writer_state`` with a new checkpoint would need the old instance's batch ids, pending
@@ -14,11 +14,11 @@ from collections import Counter
 
 import pytest
 
-from lakehouse_writer import txn
-from lakehouse_writer.checkpoint_guard import CheckpointMismatch, check_checkpoint
 from lakehouse_writer.cli import main
-from lakehouse_writer.status import read_status
-from lakehouse_writer.topics import TopicPattern
+from lakehouse_writer.commit.checkpoint_guard import CheckpointMismatch, check_checkpoint
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.read.topics import TopicPattern
 from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.conflicts import is_conflict, retry_on_conflict
+from lakehouse_writer.engines.spark.conflicts import is_conflict, retry_on_conflict
 from tests.support.writer import (
     T0,
     WriterProcess,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.tables import GDPR_DELETE_PROPERTY
+from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY
 from tests.support.writer import (
     T0,
     WriterProcess,

@@ -8,8 +8,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from lakehouse_writer.apply import apply_batch
-from lakehouse_writer.tables import TableManager
+from lakehouse_writer.engines.spark.apply import apply_batch
+from lakehouse_writer.tables.manager import TableManager
 from tests.support.writer import rows_df, sample_schema, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -243,7 +243,7 @@ def test_late_rows_of_older_transactions_die_by_an_applied_truncate(spark, order
 
 
 def test_unique_keys_sees_a_repeat_of_a_two_column_key_and_of_a_null_key(spark):
-    from lakehouse_writer.apply import unique_keys
+    from lakehouse_writer.engines.spark.apply import unique_keys
 
     df = spark.createDataFrame([(1, "a"), (1, "b"), (2, "a"), (2, None)], "K1 LONG, K2 STRING")
     assert unique_keys(df, ("K1", "K2"))

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lakehouse_writer.avro_arrow import ArrowDecoder, DecodeError, _long, _varints
+from lakehouse_writer.read.avro_arrow import ArrowDecoder, DecodeError, _long, _varints
 from producer_lib.schema import (
     AvroBoolean,
     AvroByte,

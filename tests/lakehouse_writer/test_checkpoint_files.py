@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lakehouse_writer import txn
-from lakehouse_writer.status import BatchStats, read_status, write_status
-from lakehouse_writer.storage import CheckpointFiles, StorageError, is_local
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.ops.status import BatchStats, read_status, write_status
+from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError, is_local
 
 
 def test_writers_starting_together_share_the_first_instance_id(tmp_path):
@@ -32,7 +32,7 @@ def test_a_status_replaced_many_times_is_always_whole(tmp_path):
 
 
 def test_an_instance_file_left_empty_is_named_in_the_error(tmp_path, monkeypatch):
-    monkeypatch.setattr("lakehouse_writer.storage._CREATED_WAIT_S", 0.3)
+    monkeypatch.setattr("lakehouse_writer.runtime.storage._CREATED_WAIT_S", 0.3)
     (tmp_path / "lakehouse_writer_instance").write_text("")
     with pytest.raises(StorageError, match="exists but is empty") as raised:
         txn.instance_id(str(tmp_path))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse_writer import jars
-from lakehouse_writer.session import _driver_jars
+from lakehouse_writer.runtime import jars
+from lakehouse_writer.runtime.session import _driver_jars
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ Real broker, real Spark. Topics hold committed and aborted transactions (one abo
 very end, one range holding nothing but an aborted transaction), rows outside transactions,
 Confluent and single-object headers, bytes without a header and tombstones. For every range
 asked, :class:`DriverRead` must give exactly the table that Spark's read of the same ranges
-gives through :func:`~lakehouse_writer.scan.collect`: columns, types and rows. Where Kafka no
+gives through :func:`~lakehouse_writer.read.scan.collect`: columns, types and rows. Where Kafka no
 longer holds a range's offsets, or a range ends past a partition's end, the read gives up
 (None: the writer then reads the batch by Spark, whose ``failOnDataLoss`` stops it) instead of
 skipping or waiting for ever.
@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from lakehouse_writer.driver_read import RAW_SCHEMA, DriverRead
-from lakehouse_writer.ranges import OffsetRanges, range_read
-from lakehouse_writer.scan import collect
+from lakehouse_writer.read.driver_read import RAW_SCHEMA, DriverRead
+from lakehouse_writer.read.ranges import OffsetRanges, range_read
+from lakehouse_writer.read.scan import collect
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 

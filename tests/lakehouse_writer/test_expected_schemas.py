@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from lakehouse_writer.ahead import sole_schemas
-from lakehouse_writer.catalog import CatalogEntry
-from lakehouse_writer.scan import Expected, ExpectedSchemas
+from lakehouse_writer.read.catalog import CatalogEntry
+from lakehouse_writer.read.scan import Expected, ExpectedSchemas
+from lakehouse_writer.route.ahead import sole_schemas
 from tests.support.writer import sample_schema
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from lakehouse_writer.expiry import ExpiryWatch
+from lakehouse_writer.ops.expiry import ExpiryWatch
 from tests.support.ports import free_port_block
 
 pytestmark = pytest.mark.kafka
@@ -57,7 +57,7 @@ def test_a_batch_report_leads_to_one_warning_a_minute(kafka_bootstrap, new_topic
     topic = _topic_with_rows(new_topic, kafka_bootstrap, HOUR_MS, [50, 1])
     watch = ExpiryWatch({"bootstrap.servers": kafka_bootstrap})
     progress = {"sources": [{"endOffset": json.dumps({topic: {"0": 0}})}]}
-    caplog.set_level(logging.WARNING, logger="lakehouse_writer.expiry")
+    caplog.set_level(logging.WARNING, logger="lakehouse_writer.ops.expiry")
 
     watch.on_progress(progress)
     watch.on_progress(progress)  # within the minute: not checked again

@@ -15,11 +15,12 @@ import uuid
 
 import pytest
 
-from lakehouse_writer import job, txn
+from lakehouse_writer import job
 from lakehouse_writer.cli import main
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError
 from lakehouse_writer.settings import LakehouseSettings
-from lakehouse_writer.status import read_status
-from lakehouse_writer.storage import CheckpointFiles, StorageError
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

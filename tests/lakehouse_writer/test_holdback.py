@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from lakehouse_writer.commits import CommitRecord
-from lakehouse_writer.holdback import cut_offsets, held_record, held_until
-from lakehouse_writer.state import BatchChanges, WriterState, _fold
+from lakehouse_writer.commit.commits import CommitRecord
+from lakehouse_writer.commit.state import BatchChanges, WriterState, _fold
+from lakehouse_writer.read.holdback import cut_offsets, held_record, held_until
 
 T = "orders"
 COLUMNS = (

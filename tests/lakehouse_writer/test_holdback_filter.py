@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse_writer.holdback import keep_before
+from lakehouse_writer.read.holdback import keep_before
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

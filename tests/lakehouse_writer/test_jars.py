@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer import jars
+from lakehouse_writer.runtime import jars
 
 
 def test_the_writer_resolves_its_jars_with_maven(

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from lakehouse_writer import small_tables
-from lakehouse_writer.catalog import CatalogEntry
 from lakehouse_writer.cli import main
-from lakehouse_writer.keys import KeySchemaRef, own_key
-from lakehouse_writer.scan import ExpectedSchemas
+from lakehouse_writer.engines.delta_rs import small_tables
+from lakehouse_writer.read.catalog import CatalogEntry
+from lakehouse_writer.read.keys import KeySchemaRef, own_key
+from lakehouse_writer.read.scan import ExpectedSchemas
 from producer_lib.schema import (
     AvroNVarchar,
     KeySchema,
@@ -126,9 +126,10 @@ def test_a_key_that_disagrees_is_rejected_with_its_reason_and_the_rest_applies(
 ):
     """``scanned``: the value schema is expected (decoded while the batch is read);
     ``decoded-after``: a newer schema is the latest, so the rows are decoded after the scan;
-    ``small-table``: the driver's path for small tables (:mod:`lakehouse_writer.small_tables`)
-    finds the key, leaves the table to Spark's, which rejects the row; ``small-columns``: the
-    same, with the rows decoded into columns by DuckDB."""
+    ``small-table``: the driver's path for small tables
+    (:mod:`lakehouse_writer.engines.delta_rs.small_tables`) finds the key, leaves the table to
+    Spark's, which rejects the row; ``small-columns``: the same, with the rows decoded into columns
+    by DuckDB."""
     topic, schemas, lake, ckpt = setup
     small = path.startswith("small-")
     if not small:  # a few rows: the scan decodes them only with it off
@@ -270,7 +271,8 @@ def test_an_append_only_key_is_the_transaction_time_of_its_value(spark, kafka_bo
 def test_a_reload_written_in_one_pass_checks_its_keys_too(
     spark, kafka_bootstrap, setup, monkeypatch
 ):
-    """A reload bet (:mod:`lakehouse_writer.reload`) with a lying key is lost, not written."""
+    """A reload bet (:mod:`lakehouse_writer.engines.spark.reload`) with a lying key is lost, not
+    written."""
     topic, schemas, lake, ckpt = setup
     monkeypatch.setenv("LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS", "3")
     schema = sample_schema()

@@ -1,4 +1,5 @@
-"""The local file system of ``lakehouse_writer.local_fs`` answers as Hadoop's own (real Spark).
+"""The local file system of ``lakehouse_writer.runtime.local_fs`` answers as Hadoop's own (real
+Spark).
 
 Every Spark test of the suite runs on it (``build_spark_session`` gives it to a local master);
 these tests compare its two calls of its own with Hadoop's ``RawLocalFileSystem`` on the same
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse_writer.local_fs import FILE_CONTEXT_CLASS, FILE_SYSTEM_CLASS
+from lakehouse_writer.runtime.local_fs import FILE_CONTEXT_CLASS, FILE_SYSTEM_CLASS
 
 pytestmark = pytest.mark.spark
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from lakehouse_writer.lakehouse_files import first_log_version, last_log_version
+from lakehouse_writer.tables.files import first_log_version, last_log_version
 
 NO_SESSION = None  # local paths are listed without Spark
 

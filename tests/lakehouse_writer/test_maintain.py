@@ -15,15 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.lakehouse_files import find_tables
-from lakehouse_writer.maintain import GDPR_MARKER, maintain_tables
-from lakehouse_writer.retention import (
+from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.tables.files import find_tables
+from lakehouse_writer.tables.maintain import GDPR_MARKER, maintain_tables
+from lakehouse_writer.tables.retention import (
     MaintainSettings,
     interval,
     iso_duration_hours,
     plan_table,
 )
-from lakehouse_writer.settings import LakehouseSettings
 from producer_lib.errors import ConfigError
 
 HOUR_MS = 3_600_000

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.maintain import maintain_tables
-from lakehouse_writer.retention import MaintainSettings
+from lakehouse_writer.tables.maintain import maintain_tables
+from lakehouse_writer.tables.retention import MaintainSettings
 from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lakehouse_writer.merge import DATAFUSION, SPARK, key_range_condition, merge_clauses
+from lakehouse_writer.rules.merge import DATAFUSION, SPARK, key_range_condition, merge_clauses
 
 COLUMNS = ["ID", 'odd "name"', "NOTE", "__change_type", "__change_time"]
 

@@ -1,7 +1,7 @@
 """A MERGE of a narrow key range touches few files of a table clustered by its key.
 
 The writer's MERGE carries a target-only condition on the batch's range of the first key
-column (:func:`lakehouse_writer.merge.key_range_condition`); Delta skips the data files whose
+column (:func:`lakehouse_writer.rules.merge.key_range_condition`); Delta skips the data files whose
 statistics lie outside it. Clustering by the key (then ``OPTIMIZE``) gives files of narrow,
 disjoint key ranges, so few files are read and marked; files of scattered keys (as Kafka's
 partitioning by key hash writes them) all hold the range: every file is read, and most are marked.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.apply import apply_batch, conform
-from lakehouse_writer.summary import summarize_rows
-from lakehouse_writer.tables import TableInfo, TableManager
+from lakehouse_writer.engines.spark.apply import apply_batch, conform
+from lakehouse_writer.read.summary import summarize_rows
+from lakehouse_writer.tables.manager import TableInfo, TableManager
 from tests.support.writer import rows_df, sample_schema, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

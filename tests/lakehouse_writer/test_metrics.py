@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from lakehouse_writer.metrics import MetricsServer, MetricsUnavailable, WriterMetrics
+from lakehouse_writer.ops.metrics import MetricsServer, MetricsUnavailable, WriterMetrics
+from lakehouse_writer.ops.status import BatchStats, observed, write_status
+from lakehouse_writer.ops.watch import monitor_group_of
 from lakehouse_writer.settings import LakehouseSettings
-from lakehouse_writer.status import BatchStats, observed, write_status
-from lakehouse_writer.watch import monitor_group_of
 
 
 def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:

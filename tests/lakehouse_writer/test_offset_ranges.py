@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from lakehouse_writer.ranges import _from_text, _walked, offset_ranges
+from lakehouse_writer.read.ranges import _from_text, _walked, offset_ranges
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 

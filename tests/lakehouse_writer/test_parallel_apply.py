@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer import txn
-from lakehouse_writer.apply import apply_batch
-from lakehouse_writer.parallel import DEFAULT_WORKERS, TableApplier, on_session
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.engines.spark.apply import apply_batch
+from lakehouse_writer.route.parallel import DEFAULT_WORKERS, TableApplier, on_session
 from lakehouse_writer.settings import LakehouseSettings
-from lakehouse_writer.tables import TableManager
+from lakehouse_writer.tables.manager import TableManager
 from producer_lib.errors import ConfigError
 from tests.support.writer import rows_df, sample_schema, table_rows
 
@@ -119,7 +119,7 @@ def test_rows_decoded_once_can_be_planned_from_many_threads_at_once(spark):
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    from lakehouse_writer.framing import avro_struct
+    from lakehouse_writer.read.framing import avro_struct
 
     schema = {"type": "record", "name": "r", "fields": [{"name": "a", "type": "long"}]}
     values = []

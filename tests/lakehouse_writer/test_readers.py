@@ -436,7 +436,7 @@ def test_the_switch_is_a_setting_named_by_its_variable():
 
 
 def test_off_is_written_as_false_not_left_to_the_platform(spark):
-    from lakehouse_writer.tables import table_properties
+    from lakehouse_writer.tables.manager import table_properties
 
     # a Databricks workspace may turn deletion vectors on for tables that do not say "false"
     assert table_properties(_orders())["delta.enableDeletionVectors"] == "true"

@@ -1,4 +1,5 @@
-"""A reload written in the pass that reads it (lakehouse_writer.reload), real broker and Delta.
+"""A reload written in the pass that reads it (lakehouse_writer.engines.spark.reload), real broker
+and Delta.
 
 The bet is made on batches of at least ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS`` offsets of a
 topic (50 000 by default); the tests lower it so that a few rows take that path.
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from lakehouse_writer import reload
-from lakehouse_writer.apply import RowSummary
 from lakehouse_writer.cli import main
-from lakehouse_writer.reload import refusal, unique_in_files
-from lakehouse_writer.truncate import Truncate
+from lakehouse_writer.engines.spark import reload
+from lakehouse_writer.engines.spark.apply import RowSummary
+from lakehouse_writer.engines.spark.reload import refusal, unique_in_files
+from lakehouse_writer.rules.truncate import Truncate
 from tests.support.writer import (
     T0,
     commit_message,

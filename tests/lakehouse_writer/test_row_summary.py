@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse_writer.framing import header_tag
-from lakehouse_writer.summary import RowSummary
-from lakehouse_writer.truncate import Truncate
+from lakehouse_writer.read.framing import header_tag
+from lakehouse_writer.read.summary import RowSummary
+from lakehouse_writer.rules.truncate import Truncate
 
 
 def summary(*groups):

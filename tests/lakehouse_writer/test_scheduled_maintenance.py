@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lakehouse_writer import job
-from lakehouse_writer.retention import MaintainSettings
-from lakehouse_writer.scheduled import ScheduledMaintenance
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.tables.retention import MaintainSettings
+from lakehouse_writer.tables.scheduled import ScheduledMaintenance
 from producer_lib.errors import ConfigError
 from tests.support.writer import (
     T0,

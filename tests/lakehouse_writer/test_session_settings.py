@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lakehouse_writer.session import session_settings
+from lakehouse_writer.runtime.session import session_settings
 
 
 def test_a_local_drain_runs_without_the_ui_and_a_long_lived_writer_serves_it():
@@ -23,7 +23,7 @@ def test_a_cluster_master_keeps_spark_s_own_settings_and_the_user_s_conf_wins():
 
 
 def test_a_local_master_gets_the_local_file_system_without_processes_and_conf_can_refuse_it():
-    from lakehouse_writer.local_fs import (
+    from lakehouse_writer.runtime.local_fs import (
         CLASS_PATH_KEY,
         FILE_CONTEXT_CLASS,
         FILE_CONTEXT_KEY,

@@ -1,4 +1,5 @@
-"""Small MERGEs by delta-rs (lakehouse_writer.small): the same table as Spark's, replay-safe.
+"""Small MERGEs by delta-rs (lakehouse_writer.engines.delta_rs.writes): the same table as Spark's,
+replay-safe.
 
 Each test applies the same batches to two tables, one merged by Spark and one offered to
 delta-rs, and compares what a reader sees: the rows, and the Change Data Feed. The Delta log's
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.apply import apply_batch
-from lakehouse_writer.small import SmallChanges
-from lakehouse_writer.tables import TableManager
+from lakehouse_writer.engines.delta_rs.writes import SmallChanges
+from lakehouse_writer.engines.spark.apply import apply_batch
+from lakehouse_writer.tables.manager import TableManager
 from tests.support.writer import rows_df, sample_schema
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -26,12 +26,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakehouse_writer import small_tables
-from lakehouse_writer.catalog import CatalogEntry
 from lakehouse_writer.cli import main
-from lakehouse_writer.scan import Expected
-from lakehouse_writer.small import SmallChanges
-from lakehouse_writer.small_tables import (
+from lakehouse_writer.engines.delta_rs import small_tables
+from lakehouse_writer.engines.delta_rs.small_tables import (
     COLUMNS_FROM_ROWS,
     SmallTables,
     Unfit,
@@ -46,7 +43,10 @@ from lakehouse_writer.small_tables import (
     _moved_keys,
     _Table,
 )
-from lakehouse_writer.truncate import Truncate
+from lakehouse_writer.engines.delta_rs.writes import SmallChanges
+from lakehouse_writer.read.catalog import CatalogEntry
+from lakehouse_writer.read.scan import Expected
+from lakehouse_writer.rules.truncate import Truncate
 from producer_lib.schema import (
     AvroBoolean,
     AvroBytes,

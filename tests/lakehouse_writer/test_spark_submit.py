@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer import jars
+from lakehouse_writer.runtime import jars
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import pytest
 
 from lakehouse_writer import job
 from lakehouse_writer.settings import LakehouseSettings
-from lakehouse_writer.tables import TableManager
+from lakehouse_writer.tables.manager import TableManager
 from producer_lib.errors import SchemaError
 from producer_lib.schema import AvroArray, AvroLong, ValueSchema
 from tests.support.writer import (

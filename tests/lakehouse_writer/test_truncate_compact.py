@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse_writer.truncate import Truncate, compact
+from lakehouse_writer.rules.truncate import Truncate, compact
 
 
 def test_latest_whole_table_truncate_covers_every_earlier_one():
@@ -28,7 +28,7 @@ def test_scoped_truncates_alone_are_all_kept_once():
 def _summary(frame):
     from pyspark.sql import functions as F
 
-    from lakehouse_writer.summary import RowSummary, summary_aggregates
+    from lakehouse_writer.read.summary import RowSummary, summary_aggregates
 
     change = F.col("__change_type")
     aggregates = summary_aggregates(None, F.col("__change_time"), change, F.col("__truncate"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer import txn
-from lakehouse_writer.system_tables import local_frame
+from lakehouse_writer.commit.system_tables import local_frame
+from lakehouse_writer.engines.spark import txn
 
 pytestmark = pytest.mark.spark
 

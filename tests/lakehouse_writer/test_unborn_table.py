@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.tables import TableManager, TableRef
-from lakehouse_writer.unborn import clear_unborn_log, is_committed_log_name
+from lakehouse_writer.tables.manager import TableManager, TableRef
+from lakehouse_writer.tables.unborn import clear_unborn_log, is_committed_log_name
 from tests.support.writer import sample_schema
 
 _TEMP = ".00000000000000000000.json.7b5bc096-b61b-4b13-bdf5-d933c7aa324e.tmp"

@@ -15,10 +15,10 @@ import pytest
 from lakehouse_writer import job
 from lakehouse_writer.cli import main
 from lakehouse_writer.errors import TopicPatternError, WriterFailed
-from lakehouse_writer.failure import Failure, secrets_of
+from lakehouse_writer.ops.failure import Failure, secrets_of
+from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.read.topics import TopicPattern
 from lakehouse_writer.settings import LakehouseSettings
-from lakehouse_writer.status import read_status
-from lakehouse_writer.topics import TopicPattern
 from tests.support.writer import (
     T0,
     WriterProcess,

@@ -91,7 +91,7 @@ def test_sigterm_stops_after_the_current_batch_with_consistent_tables(
     assert (checkpoint / "commits" / str(last)).exists()  # Spark recorded the last batch
 
     # the tables hold the whole transactions the checkpoint says were read; one cut by the
-    # last batch's end waits for the next start (lakehouse_writer.holdback)
+    # last batch's end waits for the next start (lakehouse_writer.read.holdback)
     ends = _end_offsets(checkpoint, last)
     whole = [k for k in range(TRANSACTIONS) if k * (ROWS + 1) + ROWS - 1 < ends.get(topic, 0)]
     expected_ids = sorted(k * ROWS + i for k in whole for i in range(ROWS))

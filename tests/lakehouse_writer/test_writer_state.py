@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from lakehouse_writer.commits import BadCommitRecord, CommitRecord
-from lakehouse_writer.state import BatchChanges, StateStore, WriterState
-from lakehouse_writer.system_tables import local_frame
-from lakehouse_writer.truncate import Truncate, TruncateLog
+from lakehouse_writer.commit.commits import BadCommitRecord, CommitRecord
+from lakehouse_writer.commit.state import BatchChanges, StateStore, WriterState
+from lakehouse_writer.commit.system_tables import local_frame
+from lakehouse_writer.rules.truncate import Truncate, TruncateLog
 from producer_lib.kafka._ledger import PartitionStats, TransactionLedger
 
 
@@ -166,7 +166,7 @@ def test_the_state_reads_the_same_when_its_table_needs_spark_to_read_it(spark, t
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_state_table_made_ahead_is_empty_and_takes_the_first_batch(spark, tmp_path):
-    from lakehouse_writer.tables import no_data_files
+    from lakehouse_writer.tables.manager import no_data_files
 
     path = str(tmp_path / "_writer_state")
     store = StateStore(spark, path, "a")

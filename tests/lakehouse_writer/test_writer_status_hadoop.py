@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from lakehouse_writer import txn
 from lakehouse_writer.cli import main
-from lakehouse_writer.state import BatchChanges, StateStore
-from lakehouse_writer.status import BatchStats, read_status, write_status
+from lakehouse_writer.commit.state import BatchChanges, StateStore
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.ops.status import BatchStats, read_status, write_status
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

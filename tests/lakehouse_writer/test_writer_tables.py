@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.apply import conform
+from lakehouse_writer.engines.spark.apply import conform
 from lakehouse_writer.errors import SchemaEvolutionError
-from lakehouse_writer.tables import TableManager, TableRef, path_segment, spark_type
+from lakehouse_writer.tables.manager import TableManager, TableRef, path_segment, spark_type
 from producer_lib.schema import AvroInt, AvroLong, AvroNVarchar, AvroShort, ValueSchema
 
 pytestmark = pytest.mark.spark
@@ -100,7 +100,7 @@ def test_table_metadata_by_delta_rs_and_by_the_jvm_agree(spark, tmp_path):
     """The writer reads a local table's metadata by delta-rs; it must be what Delta's is."""
     from deltalake import write_deltalake
 
-    from lakehouse_writer.tables import delta_rs_table_metadata, jvm_table_metadata
+    from lakehouse_writer.tables.manager import delta_rs_table_metadata, jvm_table_metadata
 
     tables = TableManager(spark, str(tmp_path))
     mapped = tables.ensure(_schema(extra=True))  # column mapping for "NEW COL"
@@ -144,7 +144,7 @@ def test_incompatible_change_raises_for_that_table(spark, tmp_path):
 
 @pytest.mark.slow
 def test_a_table_made_ahead_is_created_once_and_an_existing_one_is_left_as_it_is(spark, tmp_path):
-    from lakehouse_writer.tables import no_data_files
+    from lakehouse_writer.tables.manager import no_data_files
 
     tables = TableManager(spark, str(tmp_path))
     assert tables.create_missing(_schema(AvroShort()))
@@ -184,7 +184,7 @@ def _created_by_delta_s_builder(
     """The table as ``DeltaTable.createIfNotExists`` makes it: what the SQL must give."""
     from delta.tables import DeltaTable
 
-    from lakehouse_writer.tables import schema_fields, table_properties
+    from lakehouse_writer.tables.manager import schema_fields, table_properties
 
     builder = DeltaTable.createIfNotExists(spark).location(path).comment(schema.doc)
     for item in schema_fields(schema):
@@ -236,7 +236,7 @@ def _added_files(path: str) -> list[dict]:
 
 
 def test_stats_columns_are_the_first_32_payload_columns_delta_can_skip_on_and_the_time():
-    from lakehouse_writer.tables import stats_columns
+    from lakehouse_writer.tables.manager import stats_columns
 
     columns = [("flag", "boolean"), ("blob", "binary"), ("tags", "map<string,string>")]
     columns += [(f"c{i}", "decimal(10,2)" if i % 2 else "string") for i in range(40)]

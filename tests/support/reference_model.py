@@ -596,7 +596,7 @@ CAPPED_BATCHES: dict[str, tuple[Sequence, int]] = {
     ),
 }
 """Writer bugs of capped micro-batches (``--max-offsets-per-trigger``), fixed by applying
-transactions whole and in commit order (``lakehouse_writer.holdback``): (sequence,
+transactions whole and in commit order (``lakehouse_writer.read.holdback``): (sequence,
 micro-batches per writer run); each runs strictly."""
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A ``local[2]`` SparkSession (jars from devstack's Maven resolution, UI off)."""
-    from lakehouse_writer.session import build_spark_session
+    from lakehouse_writer.runtime.session import build_spark_session
 
     session = build_spark_session(app_name="tests", conf={"spark.driver.memory": "2g"})
     session.sparkContext.setLogLevel("ERROR")

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, NewTopic
 
-from lakehouse_writer.catalog import SchemaCatalog
+from lakehouse_writer.read.catalog import SchemaCatalog
 from producer_lib.errors import ConfigError, ProduceError, SchemaError
 from producer_lib.kafka import KafkaProducer
 from producer_lib.kafka.catalog import (

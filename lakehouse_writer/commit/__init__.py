@@ -1,0 +1,1 @@
+"""Exactly once: the writer's state, the commits and the system tables."""

@@ -1,0 +1,250 @@
+"""System tables: ``_rejected`` and the tables of the system topics.
+
+``_rejected`` holds every row the writer could not decode or apply, with where it came from
+(topic, partition, offset), its raw key and value bytes, the table it was meant for (when
+known) and the error. ``_execution_log`` and ``_lineage`` hold the records of the system topics
+of the same names, parsed (``docs/WIRE.md``); ``_commits`` rows are built by
+:mod:`lakehouse_writer.commit.commits`. All are append-only Delta tables at ``<lakehouse>/<name>``,
+written idempotently per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer.engines.spark import txn
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+REJECTED = "_rejected"
+REJECTED_COLUMNS = ("topic", "partition", "offset", "key", "value", "table", "error")
+
+
+def rejected_rows(df: DataFrame, error: Column | str, table: str | None) -> DataFrame:
+    """Rows of ``df`` in the ``_rejected`` layout, with ``error`` as the reason.
+
+    ``df`` needs ``topic``, ``partition``, ``offset``; raw bytes come from ``__raw_key`` /
+    ``__raw_value`` (or ``key``/``value``) when present.
+    """
+    from pyspark.sql import functions as F
+
+    def raw(*names: str) -> Column:
+        for name in names:
+            if name in df.columns:
+                return F.col(name).cast("binary")
+        return F.lit(None).cast("binary")
+
+    return df.select(
+        F.col("topic").cast("string").alias("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        raw("__raw_key", "key").alias("key"),
+        raw("__raw_value", "value").alias("value"),
+        F.lit(table).cast("string").alias("table"),
+        (F.lit(error) if isinstance(error, str) else error).cast("string").alias("error"),
+    )
+
+
+def local_frame(spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: str) -> DataFrame:
+    """A small DataFrame of Python ``rows`` in ``schema`` (a DDL string), built through Arrow.
+
+    ``spark.createDataFrame(rows, schema)`` hands a list of rows to a Python worker process to
+    convert: 0.2-0.3 s a call on this machine, even for three rows. From a pyarrow table it
+    takes about 0.02 s. Every batch appends a few such rows (``_writer_state``, and
+    ``_commits`` when it has some), so that is time off every batch.
+    """
+    from pyspark.sql.types import StructType
+
+    return spark.createDataFrame(arrow_rows(rows, schema), StructType.fromDDL(schema))
+
+
+def arrow_rows(rows: Sequence[tuple[Any, ...]], schema: str) -> pa.Table:
+    """Python ``rows`` as a pyarrow table in ``schema`` (a DDL string), Spark's Arrow types."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    arrow = to_arrow_schema(StructType.fromDDL(schema))
+    columns = list(zip(*rows, strict=True)) or [() for _ in arrow]
+    return pa.table(
+        [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)], schema=arrow
+    )
+
+
+_FEATURES_WRITER = 7  # the writer version that names its features
+
+
+class DeltaRsAppend:
+    """Appends of a few rows to one local system table, by delta-rs.
+
+    Spark's append of a batch's few ``_writer_state`` or ``_commits`` rows costs a job and a
+    commit, about 0.4 s of every batch; delta-rs appends them in tens of milliseconds, with the same
+    ``SetTransaction`` of (app id, version), so a replay is skipped by either engine. It
+    declines (the caller appends through Spark) where the table is not on a local path, does
+    not exist yet, has a writer feature delta-rs does not write, or where a write of it
+    failed once (not tried again in this process).
+    """
+
+    def __init__(self, path: str) -> None:
+        from lakehouse_writer.runtime.storage import is_local
+
+        self._path = path
+        self._on = is_local(path)
+        self._table: DeltaTable | None = None
+
+    def append(self, data: pa.Table, app_id: str, version: int) -> bool:
+        """Append ``data`` once as (``app_id``, ``version``); False: Spark is to append it."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        table = self._handle() if self._on else None
+        if table is None:
+            return False
+        done = table.transaction_version(app_id)
+        if done is not None and done >= version:
+            return True  # a replay
+        try:
+            write_deltalake(
+                table,
+                data,
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+            )
+        except DeltaError as exc:  # Spark appends (it skips a version the table holds)
+            log.warning("system table append left to Spark path=%s error=%s", self._path, exc)
+            self._on, self._table = False, None
+            return False
+        return True
+
+    def _handle(self) -> DeltaTable | None:
+        """The table, brought up to its latest version; None where delta-rs is not to write."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        from lakehouse_writer.engines.delta_rs.writes import WRITABLE_FEATURES
+        from lakehouse_writer.runtime.storage import local_path
+
+        if self._table is not None:
+            self._table.update_incremental()
+            return self._table
+        try:
+            table = DeltaTable(str(local_path(self._path)))
+        except TableNotFoundError:
+            return None  # Spark creates it
+        protocol = table.protocol()
+        if (
+            protocol.min_writer_version < 7
+            or set(protocol.writer_features or ()) - WRITABLE_FEATURES
+        ):
+            self._on = False
+            return None
+        self._table = table
+        return table
+
+
+def read_rows(spark: SparkSession, path: str, column: str, value: str) -> list[Any]:
+    """The rows of the small system table at ``path`` whose ``column`` is ``value``.
+
+    Each row has its columns as attributes, as Spark's rows do; no table, or an empty one,
+    gives none. delta-rs reads a local table whose readers need no feature (no deletion
+    vectors, no column mapping) in some 20 ms; Spark reads any other (a snapshot and a job,
+    about 1.5 s: a writer's start read ``_writer_state`` that way twice).
+    """
+    rows = _read_by_delta_rs(path, column, value)
+    if rows is not None:
+        return rows
+    from pyspark.sql import functions as F
+
+    from lakehouse_writer.tables.manager import no_data_files
+
+    if no_data_files(spark, path):
+        return []
+    frame = spark.read.format("delta").load(path)
+    return frame.filter(F.col(column) == value).collect()
+
+
+def _read_by_delta_rs(path: str, column: str, value: str) -> list[Any] | None:
+    """:func:`read_rows` by delta-rs; None where Spark is to read."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from lakehouse_writer.runtime.storage import is_local, local_path
+
+    if not is_local(path):
+        return None
+    try:
+        table = DeltaTable(str(local_path(path)))
+    except TableNotFoundError:
+        return []
+    if table.protocol().min_reader_version > 1:
+        return None
+    found = table.to_pyarrow_dataset().to_table(filter=pc.field(column) == value)
+    return [SimpleNamespace(**row) for row in found.to_pylist()]
+
+
+def append_system(df: DataFrame, path: str, instance_id: str, batch_id: int) -> None:
+    """Append ``df`` to the system table at ``path``, once per batch (idempotent)."""
+    from pyspark.sql import functions as F
+
+    rows = df.withColumn("batch_id", F.lit(batch_id).cast("long")).withColumn(
+        "written_at", F.current_timestamp()
+    )
+    app_id, version = system_txn(instance_id, path, batch_id)
+    txn.append(rows, path, app_id, version, merge_schema=True)
+
+
+def system_txn(instance_id: str, path: str, batch_id: int) -> tuple[str, int]:
+    """The (app id, version) of a batch's append to the system table at ``path``."""
+    return txn.app_id_for(instance_id, path.rsplit("/", 1)[-1]), txn.txn_version(
+        batch_id, txn.STEP_SYSTEM
+    )
+
+
+EXECUTION_LOG_JSON_SCHEMA = (
+    "run_id STRING, function_name STRING, dataflow STRING, `partition` STRING, status STRING, "
+    "`load` STRING, started_at STRING, finished_at STRING, `rows` MAP<STRING, BIGINT>, "
+    "delta_pointer VARIANT, commit_id STRING, error STRING"
+)
+LINEAGE_JSON_SCHEMA = (
+    "target STRING, sources ARRAY<STRING>, columns ARRAY<STRUCT<target: STRING, "
+    "sources: ARRAY<STRING>, kind: STRING, expression: STRING>>, `sql` STRING, dialect STRING, "
+    "commit_id STRING"
+)
+LOG_TABLES = {"_execution_log": EXECUTION_LOG_JSON_SCHEMA, "_lineage": LINEAGE_JSON_SCHEMA}
+_TIMESTAMPS = ("started_at", "finished_at")
+
+
+def log_rows(df: DataFrame, table: str) -> DataFrame:
+    """``_execution_log`` / ``_lineage`` messages, parsed (``docs/WIRE.md``).
+
+    Each row holds the record's fields (``started_at``/``finished_at`` as timestamps,
+    ``delta_pointer`` as JSON text), the message key, where it was read (``kafka_topic``,
+    ``kafka_partition``, ``kafka_offset``) and the JSON as received (``raw``).
+    """
+    from pyspark.sql import functions as F
+
+    raw = F.col("value").cast("string")
+    parsed = df.select(
+        F.from_json(raw, LOG_TABLES[table]).alias("r"),
+        F.col("key").cast("string").alias("key"),
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        raw.alias("raw"),
+    ).select("r.*", "key", "kafka_topic", "kafka_partition", "kafka_offset", "raw")
+    for name in _TIMESTAMPS:
+        if name in parsed.columns:
+            parsed = parsed.withColumn(name, F.col(name).cast("timestamp"))
+    if "delta_pointer" in parsed.columns:
+        exact = F.to_json("delta_pointer")  # the pointer's JSON text, whatever its JSON type
+        parsed = parsed.withColumn("delta_pointer", exact)
+    return parsed

@@ -1,0 +1,1 @@
+"""The delta-rs engine: small tables merged and appended in the driver."""

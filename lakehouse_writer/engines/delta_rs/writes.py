@@ -1,0 +1,285 @@
+"""Small changes merged by delta-rs, in the driver, instead of by a Spark MERGE.
+
+A Delta MERGE through Spark runs about 19 jobs whatever its size: a fixed cost (planning, the
+target's snapshot state, materializing the source, deletion vectors, the Change Data Feed). A
+source system's delta load touches hundreds of tables with a few rows each, so that fixed
+cost, not the rows, was the writer's time. delta-rs (``deltalake``) merges the same rows
+in-process, orders of magnitude faster (figures: ``docs/PERFORMANCE.md``), with the same
+clauses (:mod:`lakehouse_writer.rules.merge`), into the same table: it honours the
+table's deletion vectors and column mapping, writes its Change Data Feed, and commits the
+``SetTransaction`` of the write's (app id, version) that makes a replay a no-op for either
+engine. The rows reach it in one Spark job (``toArrow`` of the last row per key).
+
+:class:`SmallChanges` takes a MERGE when all of these hold, else Spark does it:
+
+- the batch gives the table at most ``max_rows`` rows;
+- the table is on a local file system (cloud paths need credentials delta-rs does not get);
+- delta-rs writes every table feature the table has (:data:`WRITABLE_FEATURES`; a table
+  whose column was widened has ``typeWidening``, which delta-rs 1.6 cannot write).
+
+A MERGE delta-rs fails (1.6 refuses some MERGEs into tables with a Change Data Feed and NOT
+NULL columns: it checks an intermediate projection against them) is done by Spark, whether or
+not delta-rs committed it: Spark skips an (app id, version) the table holds. A table whose
+MERGEs it failed :data:`MAX_FAILURES` times is Spark's for the rest of the run. Files delta-rs
+wrote and did not commit are not part of the table (``VACUUM`` removes them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable
+
+    from lakehouse_writer.rules.merge import MergeClauses
+    from lakehouse_writer.tables.manager import TableInfo
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS = 200_000
+# Writer features delta-rs 1.6 honours when it writes (checked: deletion vectors of earlier
+# Spark MERGEs are applied, column-mapped names resolved, CDF files written).
+WRITABLE_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+    }
+)
+MAX_FAILURES = 3  # writes of a table delta-rs may fail before Spark takes them all
+_LEGACY_WRITER_VERSION = 5  # protocols up to (2, 5) name no features; 5 is column mapping
+
+
+@dataclass(frozen=True)
+class TableLook:
+    """A table as delta-rs sees it now (:meth:`SmallChanges.look`).
+
+    Attributes:
+        done: The last version of an app id the table holds (None: none).
+        empty: True when the table holds no data file.
+    """
+
+    done: int | None
+    empty: bool
+
+
+class SmallChanges:
+    """Merges of few rows, done by delta-rs (see the module docstring).
+
+    Args:
+        max_rows: The most rows a table's batch may give to be merged here; 0 turns it off.
+    """
+
+    def __init__(self, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+        self.max_rows = max_rows
+        self._refused: set[str] = set()  # paths delta-rs cannot write
+        self._failures: dict[str, int] = {}  # path -> writes delta-rs failed
+        self._tables: dict[str, DeltaTable] = {}  # path -> its table, updated on each use
+        self._lock = threading.Lock()
+
+    def writes(self, path: str) -> bool:
+        """True when tables at or below ``path`` may be written here (a local path)."""
+        return bool(self.max_rows) and _local(path)
+
+    def takes(self, table: TableInfo, rows: int) -> bool:
+        """True when the MERGE of ``rows`` batch rows into ``table`` is done here."""
+        if rows > self.max_rows or not self.writes(table.path):
+            return False
+        with self._lock:
+            return table.path not in self._refused
+
+    def merge(
+        self,
+        source: Callable[[], pa.Table],
+        table: TableInfo,
+        clauses: MergeClauses,
+        app_id: str,
+        version: int,
+    ) -> bool:
+        """MERGE the rows ``source`` gives into ``table`` once as (``app_id``, ``version``).
+
+        ``source`` is called only when the MERGE is to be done (a replay does not need the
+        rows): ``DataFrame.toArrow`` of Spark's rows, say.
+
+        Returns:
+            True when the table holds the MERGE (done now, or by an earlier run of the same
+            batch); False when delta-rs did not do it (Spark is to).
+        """
+
+        def write(target: DeltaTable, commit: CommitProperties) -> int:
+            rows = source()
+            (
+                target.merge(
+                    rows, clauses.on, source_alias="s", target_alias="t", commit_properties=commit
+                )
+                .when_matched_delete(clauses.delete)
+                .when_matched_update(clauses.every, clauses.replace)
+                .when_matched_update(clauses.technical, clauses.archive)
+                .when_not_matched_insert(clauses.every, clauses.insert)
+                .execute()
+            )
+            return rows.num_rows
+
+        return self._write(table, app_id, version, "merge", write)
+
+    def append(
+        self, rows: Callable[[], pa.Table], table: TableInfo, app_id: str, version: int
+    ) -> bool:
+        """Append the rows ``rows`` gives (the table's columns) once as (``app_id``, ``version``).
+
+        A reload into an empty table: nothing is written when a key repeats (the caller then
+        appends the last row per key).
+
+        Returns:
+            True when the rows are in the table (appended now, or by an earlier run of the
+            same batch); False when nothing was written (a key repeats, or delta-rs did not
+            write them).
+        """
+        from deltalake import write_deltalake
+
+        def write(target: DeltaTable, commit: CommitProperties) -> int | None:
+            data = rows()
+            if _repeats(data, table.keys):
+                return None
+            write_deltalake(target, data, mode="append", commit_properties=commit)
+            return data.num_rows
+
+        return self._write(table, app_id, version, "append", write)
+
+    def look(self, table: TableInfo, app_id: str) -> TableLook | None:
+        """What ``table`` holds for ``app_id``, from its delta-rs handle; None: not writable."""
+        target = self._table(table)
+        if target is None:
+            return None
+        return TableLook(target.transaction_version(app_id), not target.file_uris())
+
+    def _write(
+        self,
+        table: TableInfo,
+        app_id: str,
+        version: int,
+        what: str,
+        write: Callable[[DeltaTable, CommitProperties], int | None],
+    ) -> bool:
+        """``write`` the table once as (``app_id``, ``version``); see :meth:`merge`.
+
+        ``write`` returns the rows it wrote, or None when it wrote nothing.
+        """
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import DeltaError
+
+        target = self._table(table)
+        if target is None:
+            return False
+        done = target.transaction_version(app_id)
+        if done is not None and done >= version:
+            log.info(
+                "small %s skipped table=%s app_id=%s version=%d: already committed (replay)",
+                what,
+                table.ref.qualified,
+                app_id,
+                version,
+            )
+            return True
+        started = time.monotonic()
+        commit = CommitProperties(app_transactions=[Transaction(app_id, version)])
+        try:
+            rows = write(target, commit)
+        except DeltaError as exc:  # Spark does it (see the module docstring)
+            self._failed(table, what, _first_line(exc))
+            return False
+        if rows is None:
+            return False
+        log.info(
+            "small %s table=%s rows=%d seconds=%.3f",
+            what,
+            table.ref.qualified,
+            rows,
+            time.monotonic() - started,
+        )
+        return True
+
+    def _table(self, table: TableInfo) -> DeltaTable | None:
+        """The table's delta-rs handle, brought up to its latest version; None: not writable.
+
+        The handle is kept between batches and updated from the commits since (whichever
+        engine made them), not loaded again from the whole log.
+        """
+        from deltalake import DeltaTable
+
+        with self._lock:
+            target = self._tables.get(table.path)
+        if target is None:
+            target = DeltaTable(_local_path(table.path))
+        else:
+            target.update_incremental()
+        if not self._writable(target, table.path):
+            return None
+        with self._lock:
+            self._tables[table.path] = target
+        return target
+
+    def _writable(self, target: DeltaTable, path: str) -> bool:
+        protocol = target.protocol()
+        features = set(protocol.writer_features or ())
+        if protocol.min_writer_version > _LEGACY_WRITER_VERSION and not features:
+            self._refuse(path, f"writer version {protocol.min_writer_version}")
+            return False
+        unsupported = features - WRITABLE_FEATURES
+        if unsupported:
+            self._refuse(path, f"table features {sorted(unsupported)}")
+            return False
+        return True
+
+    def _failed(self, table: TableInfo, what: str, error: str) -> None:
+        with self._lock:
+            self._tables.pop(table.path, None)  # loaded afresh next time
+            failures = self._failures[table.path] = self._failures.get(table.path, 0) + 1
+        log.info(
+            "small %s left to Spark table=%s failures=%d error=%s",
+            what,
+            table.ref.qualified,
+            failures,
+            error,
+        )
+        if failures >= MAX_FAILURES:
+            self._refuse(table.path, f"{failures} of its writes")
+
+    def _refuse(self, path: str, reason: str) -> None:
+        with self._lock:
+            self._refused.add(path)
+        log.info("small merges by Spark path=%s reason=delta-rs cannot write %s", path, reason)
+
+
+def _repeats(data: pa.Table, keys: tuple[str, ...]) -> bool:
+    """True when a key occurs twice in ``data``."""
+    if not keys or data.num_rows < 2:
+        return False
+    counts = data.group_by(list(keys)).aggregate([([], "count_all")])
+    return counts.num_rows < data.num_rows
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _local(path: str) -> bool:
+    return path.startswith("/") or path.startswith("file:")
+
+
+def _local_path(path: str) -> str:
+    if path.startswith("file://"):
+        return path.removeprefix("file://")
+    return path.removeprefix("file:")

@@ -1,0 +1,1 @@
+"""The Spark engine: Delta's MERGE, DELETE and appends on Spark."""

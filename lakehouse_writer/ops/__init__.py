@@ -1,0 +1,1 @@
+"""What an operator sees: status, metrics, monitoring, failures."""

@@ -1,0 +1,1 @@
+"""Kafka to decoded change rows: framing, schemas, keys, the scan, the decode."""

@@ -1,0 +1,1 @@
+"""Which engine and read path serve a table; tables applied side by side."""

@@ -1,0 +1,1 @@
+"""What each row type does to a table, written once for every engine."""

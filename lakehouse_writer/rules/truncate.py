@@ -1,0 +1,164 @@
+"""TRUNCATE scopes: which rows a TRUNCATE at time t deletes.
+
+``TRUNCATE at time t with scope S deletes every row in S whose __change_time < t``. The scope
+is the ``__truncate`` map (column -> text, null value = NULL); null or empty = all rows. The
+same condition runs against the stored table (a Delta DELETE) and against the batch's own
+rows (dropped before the MERGE), so rows of earlier transactions in the same batch die too,
+while rows of the truncate's own and later transactions survive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+    from pyspark.sql.types import DataType
+
+CHANGE_TIME = "__change_time"
+
+
+@dataclass(frozen=True, eq=False)
+class Truncate:
+    """One TRUNCATE row: its transaction time (µs) and scope (empty = whole table)."""
+
+    time_us: int
+    scope: Mapping[str, str | None] = field(default_factory=dict, hash=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Truncate):
+            return NotImplemented
+        return (self.time_us, dict(self.scope)) == (other.time_us, dict(other.scope))
+
+    def __hash__(self) -> int:
+        return hash((self.time_us, tuple(sorted(self.scope.items()))))
+
+    @property
+    def unscoped(self) -> bool:
+        """True when it truncates the whole table."""
+        return not self.scope
+
+
+def distinct_truncates(
+    found: Iterable[tuple[int, Mapping[str, str | None] | None]],
+) -> list[Truncate]:
+    """The distinct TRUNCATEs of (time µs, scope or None) pairs, oldest first."""
+    unique = {(t, tuple(sorted((scope or {}).items()))) for t, scope in found}
+    return [Truncate(t, dict(scope)) for t, scope in sorted(unique, key=_order)]
+
+
+def _order(item: tuple[int, tuple[tuple[str, str | None], ...]]) -> tuple:
+    """Oldest first; scopes in a stable order even where a value is NULL (``None``)."""
+    time_us, scope = item
+    return time_us, tuple((k, v is None, v or "") for k, v in scope)
+
+
+def unknown_columns(truncate: Truncate, columns: Mapping[str, DataType]) -> list[str]:
+    """Scope columns the table does not have (names match case-insensitively, as Delta's)."""
+    folded = {name.casefold() for name in columns}
+    return [name for name in truncate.scope if name.casefold() not in folded]
+
+
+def truncated(truncates: Sequence[Truncate], columns: Mapping[str, DataType]) -> Column:
+    """Condition true for rows that one of ``truncates`` deletes (false when none)."""
+    from pyspark.sql import functions as F
+
+    conditions = [_one(t, columns) for t in truncates]
+    return reduce(lambda a, b: a | b, conditions, F.lit(False))
+
+
+def _one(truncate: Truncate, columns: Mapping[str, DataType]) -> Column:
+    from pyspark.sql import functions as F
+
+    condition = F.col(CHANGE_TIME) < F.timestamp_micros(F.lit(truncate.time_us))
+    folded = {name.casefold(): dtype for name, dtype in columns.items()}
+    for name, text in truncate.scope.items():
+        column = F.col(f"`{name.replace('`', '``')}`")
+        if text is None:
+            condition = condition & column.isNull()
+        else:
+            dtype = folded[name.casefold()]
+            condition = condition & column.eqNullSafe(F.lit(text).cast(dtype))
+    return condition
+
+
+def compact(truncates: Sequence[Truncate]) -> list[Truncate]:
+    """Drop the TRUNCATEs that the latest whole-table TRUNCATE already covers, oldest first.
+
+    A whole-table TRUNCATE at time L deletes every row older than L, so every TRUNCATE at a
+    time before L (and a scoped one at L) can no longer drop a row it does not drop: the
+    per-batch filter stays as short as the table's truncates since its last reload.
+    """
+    unscoped = [t.time_us for t in truncates if t.unscoped]
+    if not unscoped:
+        return sorted(set(truncates), key=lambda t: t.time_us)
+    latest = max(unscoped)
+    kept = {t for t in truncates if t.time_us > latest or (t.time_us == latest and t.unscoped)}
+    return sorted(kept, key=lambda t: t.time_us)
+
+
+class TruncateLog:
+    """TRUNCATEs already applied, per table, so late rows of older transactions still die.
+
+    A row of transaction t1 may reach the writer in a later micro-batch than a TRUNCATE at
+    t2 > t1 (another partition, a ``maxOffsetsPerTrigger`` split). The log keeps every applied
+    TRUNCATE so such rows are dropped too. It is kept as ``truncate`` rows of ``_writer_state``
+    (:mod:`lakehouse_writer.commit.state`; those of every writer instance count), appended with the
+    batch's state. Loaded once. A lakehouse of an earlier version kept them in a table
+    ``_truncates`` (table, time_us, scope); that table is still read when it exists.
+
+    Args:
+        spark: The session.
+        state_path: Location of the ``_writer_state`` table.
+        legacy_path: Location of the earlier ``_truncates`` table.
+    """
+
+    def __init__(self, spark: Any, state_path: str, legacy_path: str) -> None:
+        self._spark = spark
+        self._state_path = state_path
+        self._legacy_path = legacy_path
+        self._by_table: dict[str, list[Truncate]] | None = None
+
+    def of(self, table: str) -> list[Truncate]:
+        """Applied TRUNCATEs of ``table``."""
+        if self._by_table is None:
+            self._by_table = self._load()
+        return list(self._by_table.get(table, []))
+
+    def record(self, table: str, truncates: Sequence[Truncate]) -> list[tuple[str, str]]:
+        """Remember ``truncates`` of ``table``; return the new ones as (table, record JSON)."""
+        known = self.of(table)
+        kept = compact([*known, *(t for t in truncates if t not in known)])
+        assert self._by_table is not None
+        self._by_table[table] = kept
+        return [(table, to_record(t)) for t in kept if t not in known]
+
+    def _load(self) -> dict[str, list[Truncate]]:
+        from delta.tables import DeltaTable
+
+        from lakehouse_writer.commit.state import TRUNCATE
+        from lakehouse_writer.commit.system_tables import read_rows
+
+        loaded: dict[str, list[Truncate]] = {}
+        for row in read_rows(self._spark, self._state_path, "kind", TRUNCATE):
+            loaded.setdefault(row.table, []).append(from_record(row.record))
+        if DeltaTable.isDeltaTable(self._spark, self._legacy_path):
+            for row in self._spark.read.format("delta").load(self._legacy_path).collect():
+                truncate = Truncate(row.time_us, json.loads(row.scope))
+                loaded.setdefault(row.table, []).append(truncate)
+        return {table: compact(truncates) for table, truncates in loaded.items()}
+
+
+def to_record(truncate: Truncate) -> str:
+    """A TRUNCATE as the JSON of its ``_writer_state`` row."""
+    return json.dumps({"time_us": truncate.time_us, "scope": dict(truncate.scope)}, sort_keys=True)
+
+
+def from_record(record: str) -> Truncate:
+    """The TRUNCATE of a ``_writer_state`` row's JSON (:func:`to_record`)."""
+    value = json.loads(record)
+    return Truncate(int(value["time_us"]), value["scope"])

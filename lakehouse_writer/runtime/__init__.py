@@ -1,0 +1,1 @@
+"""Where the writer runs: the Spark session, its jars, file systems."""

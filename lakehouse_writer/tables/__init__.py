@@ -1,0 +1,1 @@
+"""The Delta tables: created, evolved, listed and maintained."""
