@@ -14,33 +14,22 @@ the stored row of the same key:
 and inserts the source row when no row of the key is stored, unless it deletes.
 
 Spark (Delta's MERGE) and delta-rs (DataFusion) take the same clauses; only the quoting of
-names and the null-safe equality differ (:class:`Dialect`). The clauses are built once, here,
-so both engines apply the same rules.
+names and the null-safe equality differ (:mod:`~lakehouse_writer.rules.dialect`). The clauses
+are built once, here, so both engines apply the same rules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-ACTION = "__action"
-BASE_TIME = "__base_time"
+from lakehouse_writer.rules.dialect import DATAFUSION, SPARK, Dialect
+from lakehouse_writer.rules.row_types import ACTION, BASE_TIME
+
+__all__ = ["DATAFUSION", "SPARK", "Dialect", "MergeClauses", "key_range_condition", "merge_clauses"]
+
 _FOLDS = "('upsert_archive', 'delete_archive')"
 _ARCHIVES = "('archive', 'upsert_archive', 'delete_archive')"
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """How an engine's SQL quotes a name and compares two values null-safely."""
-
-    quote: Callable[[str], str]
-    null_safe_equal: str  # with {a} and {b}
-
-
-SPARK = Dialect(lambda name: "`" + name.replace("`", "``") + "`", "({a} <=> {b})")
-DATAFUSION = Dialect(
-    lambda name: '"' + name.replace('"', '""') + '"', "({a} IS NOT DISTINCT FROM {b})"
-)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,30 @@
+"""The row types of DESIGN ("Row types"), as the rules read them.
+
+One character in ``__change_type``: I, U, A, R upsert; D, X, G delete by key (G also leaves no
+current data file holding the row); B is an UPDATE's before-image, acted on only when the
+UPDATE moved the key; P archives (keeps the stored payload, marks it ``P``); T truncates the
+rows of its scope older than it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACTION",
+    "ARCHIVE",
+    "BASE_TIME",
+    "BEFORE",
+    "DELETES",
+    "GDPR",
+    "KNOWN",
+    "TRUNCATE",
+    "UPDATE",
+    "UPSERTS",
+]
+
+UPSERTS = ("I", "U", "A", "R")
+DELETES = ("D", "X", "G")
+UPDATE, BEFORE, ARCHIVE, TRUNCATE, GDPR = "U", "B", "P", "T", "G"
+KNOWN = (*UPSERTS, *DELETES, BEFORE, ARCHIVE, TRUNCATE)
+
+ACTION = "__action"  # what a MERGE source row does: upsert, delete, archive, or a fold
+BASE_TIME = "__base_time"  # the change time of the upsert or delete an archive is folded with
