@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.commit import ids
 from lakehouse_writer.commit.checkpoint_guard import (
     check_checkpoint,
     check_lakehouse,
@@ -56,9 +57,9 @@ from lakehouse_writer.commit.system_tables import (
     rejected_rows,
     system_txn,
 )
+from lakehouse_writer.commit.truncate_log import TruncateLog
 from lakehouse_writer.engines.delta_rs.small_tables import SmallTables
 from lakehouse_writer.engines.delta_rs.writes import SmallChanges
-from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.engines.spark.apply import ApplyResult, apply_batch
 from lakehouse_writer.engines.spark.conflicts import retry_on_conflict
 from lakehouse_writer.engines.spark.reload import ReloadBet, Speculation
@@ -79,7 +80,6 @@ from lakehouse_writer.read.scan import BatchScan, ExpectedSchemas, collect, scan
 from lakehouse_writer.read.topics import TopicPattern
 from lakehouse_writer.route.ahead import Ahead
 from lakehouse_writer.route.parallel import Outcome, TableApplier, on_session
-from lakehouse_writer.rules.truncate import TruncateLog
 from lakehouse_writer.runtime.session import require_classic
 from lakehouse_writer.runtime.storage import CheckpointFiles
 from lakehouse_writer.tables.manager import (
@@ -645,7 +645,7 @@ def start(
     if settings.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
     fresh = CheckpointFiles(settings.checkpoint_path, spark).read("metadata") is None
-    instance = txn.instance_id(settings.checkpoint_path)
+    instance = ids.instance_id(settings.checkpoint_path)
     if fresh:  # a new (or lost) checkpoint: no other instance may have applied our topics
         system = {
             settings.commits_topic,

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.commit import ids
 from lakehouse_writer.commit.commits import CommitRecord
 from lakehouse_writer.commit.system_tables import DeltaRsAppend, arrow_rows, local_frame, read_rows
 from lakehouse_writer.engines.spark import txn
-from lakehouse_writer.read.holdback import held_record, held_until
-from lakehouse_writer.read.ranges import OffsetRanges
+from lakehouse_writer.read.ranges import OffsetRanges, held_record, held_until
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -243,8 +243,8 @@ class StateStore:
     def append(self, changes: BatchChanges, batch_id: int) -> None:
         """Append what batch ``batch_id`` did (once: a replay of the batch writes nothing)."""
         rows = changes.rows(self._instance, batch_id)
-        app_id = txn.app_id_for(self._instance, STATE)
-        version = txn.txn_version(batch_id, txn.STEP_SYSTEM)
+        app_id = ids.app_id_for(self._instance, STATE)
+        version = ids.txn_version(batch_id, ids.STEP_SYSTEM)
         if not self._delta_rs.append(self._arrow(rows), app_id, version):
             txn.append(self._frame(rows), self._path, app_id, version)
 

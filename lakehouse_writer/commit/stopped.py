@@ -17,10 +17,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.commit.ids import INSTANCE_FILE  # read here, never created
 from lakehouse_writer.commit.state import STATE
-from lakehouse_writer.engines.spark.txn import (
-    _INSTANCE_FILE as INSTANCE_FILE,  # read here, never created
-)
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.ops.status import HEARTBEAT_S, forget_stopped, read_status, status_age_s
 from lakehouse_writer.runtime.storage import CheckpointFiles, is_local, local_path

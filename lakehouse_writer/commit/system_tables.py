@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.commit import ids
 from lakehouse_writer.engines.spark import txn
 
 if TYPE_CHECKING:
@@ -204,8 +205,8 @@ def append_system(df: DataFrame, path: str, instance_id: str, batch_id: int) -> 
 
 def system_txn(instance_id: str, path: str, batch_id: int) -> tuple[str, int]:
     """The (app id, version) of a batch's append to the system table at ``path``."""
-    return txn.app_id_for(instance_id, path.rsplit("/", 1)[-1]), txn.txn_version(
-        batch_id, txn.STEP_SYSTEM
+    return ids.app_id_for(instance_id, path.rsplit("/", 1)[-1]), ids.txn_version(
+        batch_id, ids.STEP_SYSTEM
     )
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.commit import ids
 from lakehouse_writer.ops.expiry import ExpiryWatch
 from lakehouse_writer.ops.metrics import MetricsServer, WriterMetrics
 from lakehouse_writer.ops.monitor import MonitorGroup, default_group
@@ -69,7 +69,7 @@ def watching(settings: LakehouseSettings) -> Iterator[WriterMetrics | None]:
         if monitor_group_of(watch, "x") is not None:
 
             def group() -> str:
-                name = monitor_group_of(watch, txn.instance_id(settings.checkpoint_path))
+                name = monitor_group_of(watch, ids.instance_id(settings.checkpoint_path))
                 log.info("monitor group=%s (offsets for monitoring only)", name)
                 return str(name)
 

@@ -29,13 +29,12 @@ and costs nothing but the read-ahead of ``_commits`` (a few records).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -46,11 +45,25 @@ from lakehouse_writer.read.ranges import OffsetRanges, offset_ranges, range_read
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from lakehouse_writer.commit.state import WriterState
-
 log = logging.getLogger(__name__)
 
 TopicFilter = Callable[[str], bool]
+
+
+class Progress(Protocol):
+    """What the writer applied before the batch (the writer state, as the holdback reads it).
+
+    Attributes:
+        held: Offsets held back by the batch before, ``[from, until)`` per partition.
+        awaits: Where this batch reads ``_commits`` from, per partition.
+        offsets: The highest offset processed per partition.
+    """
+
+    held: OffsetRanges
+    awaits: dict[int, int]
+    offsets: dict[tuple[str, int], int]
+
+
 Offsets = Mapping[tuple[str, int], int]
 _READ_TIMEOUT_S = 30.0
 
@@ -183,7 +196,7 @@ class Holdback:
             self._consumer.close()
             self._consumer = None
 
-    def plan(self, source: DataFrame, state: WriterState, batch_id: int) -> Plan:
+    def plan(self, source: DataFrame, state: Progress, batch_id: int) -> Plan:
         """The batch to apply: ``state``'s held rows read again, then ``source``, cut."""
         ranges = offset_ranges(source)
         held = dict(state.held)
@@ -337,13 +350,3 @@ class Holdback:
                 }
             )
         return self._consumer
-
-
-def held_record(until: int) -> str:
-    """The ``record`` text of a held range in ``_writer_state``."""
-    return json.dumps({"until": until})
-
-
-def held_until(record: str) -> int:
-    """The end of a held range from its ``record`` text."""
-    return int(json.loads(record)["until"])

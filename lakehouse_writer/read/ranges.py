@@ -110,3 +110,13 @@ def range_read(
         .option("endingOffsets", json.dumps(end))
         .load()
     )
+
+
+def held_record(until: int) -> str:
+    """The ``record`` text of a held range in ``_writer_state``."""
+    return json.dumps({"until": until})
+
+
+def held_until(record: str) -> int:
+    """The end of a held range from its ``record`` text."""
+    return int(json.loads(record)["until"])

@@ -31,6 +31,10 @@ class Dialect:
         last_non_null: The last non-null value of ``{x}`` in a window frame.
         at_micros: A timestamp literal of ``{n}`` microseconds since the epoch (UTC).
         types: A Spark type (``simpleString``: ``decimal(10,2)``, ``bigint``) in this SQL.
+        hash: A 64-bit hash of the comma-separated expressions ``{x}``: grouping by it
+            shuffles one number, whatever the key's columns (a collision only errs safe).
+        micros_of: The microseconds since the epoch of timestamp ``{x}``.
+        collect_set: The distinct values of ``{x}`` in a group, as a list.
     """
 
     name: str
@@ -41,6 +45,9 @@ class Dialect:
     last_non_null: str
     at_micros: str
     types: Callable[[str], str]
+    hash: str = "hash({x})"
+    micros_of: str = "epoch_us({x})"
+    collect_set: str = "list(DISTINCT {x})"
 
 
 def _backtick(name: str) -> str:
@@ -107,6 +114,9 @@ SPARK = Dialect(
     last_non_null="last_value({x}) IGNORE NULLS",
     at_micros="timestamp_micros({n})",
     types=str,
+    hash="xxhash64({x})",
+    micros_of="unix_micros({x})",
+    collect_set="collect_set({x})",
 )
 DUCKDB = Dialect(
     name="duckdb",

@@ -22,6 +22,8 @@ them, the technical fields, ``topic``, ``partition`` and ``offset``) become:
   ``__change_time`` < t (scope values are text, compared as the column's type, NULL as NULL).
 - :func:`conformed`: the rows in the table's columns and types (an upsert's append).
 - :func:`repeated_keys`: whether a key occurs twice (a reload appended as it is must not).
+- :func:`summary_query`: per change type the rows, the first key column's range, the oldest
+  change time and the TRUNCATEs (:class:`~lakehouse_writer.read.summary.RowSummary`).
 
 The SQL names the relation of the rows; the engine binds it (a temp view in Spark, an Arrow
 table in DuckDB). Spark and DuckDB read the same text but for :class:`~.dialect.Dialect`'s
@@ -51,6 +53,7 @@ __all__ = [
     "latest_rows",
     "merge_source",
     "repeated_keys",
+    "summary_query",
     "truncated",
 ]
 
@@ -258,10 +261,13 @@ def latest_rows(relation: str, shape: TableShape, present: Sequence[str], dialec
 
 
 def repeated_keys(relation: str, keys: Sequence[str], dialect: Dialect) -> str:
-    """A query of one row when a key occurs twice in the relation, none otherwise."""
-    q = dialect.quote
-    grouped = ", ".join(q(k) for k in keys)
-    return f"SELECT 1 FROM {relation} GROUP BY {grouped} HAVING count(*) > 1 LIMIT 1"
+    """A query of one row when a key may occur twice in the relation, none when none does.
+
+    Grouped by a hash of the key: two keys that share a hash count as a repeat, so the answer
+    may be a needless repeat (the caller then takes the last row per key), never a miss.
+    """
+    hashed = dialect.hash.format(x=", ".join(dialect.quote(k) for k in keys))
+    return f"SELECT 1 FROM {relation} GROUP BY {hashed} HAVING count(*) > 1 LIMIT 1"
 
 
 def truncated(truncates: Sequence[Truncate], shape: TableShape, dialect: Dialect) -> str:
@@ -289,3 +295,25 @@ def _one(truncate: Truncate, shape: TableShape, dialect: Dialect) -> str:
             typed = f"CAST({literal} AS {dialect.types(shape.columns[column])})"
             parts.append(dialect.null_safe_equal.format(a=q(column), b=typed))
     return " AND ".join(parts)
+
+
+def summary_query(relation: str, shape: TableShape, dialect: Dialect) -> str:
+    """Per change type: rows, first key's rows/lowest/highest, oldest change (µs), TRUNCATEs.
+
+    In the order :meth:`~lakehouse_writer.read.summary.RowSummary.of_counts` reads them; a
+    TRUNCATE is its time in µs (``t``) and its scope as JSON (``s``).
+    """
+    q = dialect.quote
+    kind, time = q("__change_type"), q("__change_time")
+    micros = dialect.micros_of.format(x=time)
+    truncate = dialect.struct([("t", micros), ("s", f"to_json({q('__truncate')})")])
+    truncates = f"{dialect.collect_set.format(x=truncate)} FILTER (WHERE {kind} = 'T')"
+    if shape.keys:
+        first = q(shape.keys[0])
+        keyed = f"count({first}), min({first}), max({first})"
+    else:
+        keyed = "CAST(NULL AS BIGINT), NULL, NULL"
+    return (
+        f"SELECT {kind}, count(*), {keyed}, min({micros}), {truncates} "
+        f"FROM {relation} GROUP BY {kind}"
+    )

@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 
 from lakehouse_writer.cli import main
+from lakehouse_writer.commit import ids
 from lakehouse_writer.commit.checkpoint_guard import CheckpointMismatch, check_checkpoint
-from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.ops.status import read_status
 from lakehouse_writer.read.topics import TopicPattern
 from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
@@ -42,7 +42,7 @@ def applied_then_checkpoint_lost(spark, kafka_bootstrap, new_topic, tmp_path, mo
     argv = once_argv(lake, ckpt, topic, kafka_bootstrap)
     produce_transaction(kafka_bootstrap, topic, schema, _rows(1, 3, 1))
     assert main(argv) == 0
-    old_instance = txn.instance_id(str(ckpt))
+    old_instance = ids.instance_id(str(ckpt))
     shutil.rmtree(ckpt)
     produce_transaction(kafka_bootstrap, topic, schema, _rows(4, 5, 2))
     return {"topic": topic, "lake": lake, "ckpt": ckpt, "argv": argv, "old": old_instance}
@@ -57,7 +57,7 @@ def test_the_guard_names_the_instance_whose_progress_the_lakehouse_holds(
     spark, applied_then_checkpoint_lost
 ):
     lost = applied_then_checkpoint_lost
-    new_instance = txn.instance_id(str(lost["ckpt"]))
+    new_instance = ids.instance_id(str(lost["ckpt"]))
     assert new_instance != lost["old"]
     topic, lake = lost["topic"], str(lost["lake"])
 

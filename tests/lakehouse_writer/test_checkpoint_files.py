@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.commit import ids
 from lakehouse_writer.ops.status import BatchStats, read_status, write_status
 from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError, is_local
 
@@ -18,7 +18,7 @@ from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError, is_l
 def test_writers_starting_together_share_the_first_instance_id(tmp_path):
     checkpoint = f"file:{tmp_path / 'ckpt'}"
     with ThreadPoolExecutor(8) as pool:
-        ids = set(pool.map(lambda _: txn.instance_id(checkpoint), range(16)))
+        ids = set(pool.map(lambda _: ids.instance_id(checkpoint), range(16)))
     assert len(ids) == 1 and len(ids.pop()) == 32
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["lakehouse_writer_instance"]
 
@@ -35,7 +35,7 @@ def test_an_instance_file_left_empty_is_named_in_the_error(tmp_path, monkeypatch
     monkeypatch.setattr("lakehouse_writer.runtime.storage._CREATED_WAIT_S", 0.3)
     (tmp_path / "lakehouse_writer_instance").write_text("")
     with pytest.raises(StorageError, match="exists but is empty") as raised:
-        txn.instance_id(str(tmp_path))
+        ids.instance_id(str(tmp_path))
     assert str(tmp_path / "lakehouse_writer_instance") in str(raised.value)
 
 

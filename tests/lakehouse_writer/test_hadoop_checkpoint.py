@@ -17,7 +17,7 @@ import pytest
 
 from lakehouse_writer import job
 from lakehouse_writer.cli import main
-from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.commit import ids
 from lakehouse_writer.ops.status import read_status
 from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError
 from lakehouse_writer.settings import LakehouseSettings
@@ -52,8 +52,8 @@ def test_the_instance_id_and_status_live_on_the_checkpoints_file_system(
     spark, viewfs, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    first = txn.instance_id(f"{viewfs}/ckpt", spark)
-    assert txn.instance_id(f"{viewfs}/ckpt", spark) == first
+    first = ids.instance_id(f"{viewfs}/ckpt", spark)
+    assert ids.instance_id(f"{viewfs}/ckpt", spark) == first
     assert (tmp_path / "data" / "ckpt" / "lakehouse_writer_instance").read_text() == first
     assert not (tmp_path / "viewfs:").exists()
 

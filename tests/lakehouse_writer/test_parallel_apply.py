@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse_writer.commit import ids
 from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.engines.spark.apply import apply_batch
 from lakehouse_writer.route.parallel import DEFAULT_WORKERS, TableApplier, on_session
@@ -71,9 +72,9 @@ def test_concurrent_merges_commit_each_tables_own_txn_ids_and_replays_change_not
             (3, f"t{i}-3"),
             (4, f"t{i}-4"),
         ]
-        app_id = txn.app_id_for("w1", table.ref.qualified)
+        app_id = ids.app_id_for("w1", table.ref.qualified)
         last = _txns(table.path)[-1]
-        assert last == (merged[i].version, app_id, txn.txn_version(1, txn.STEP_ROWS))
+        assert last == (merged[i].version, app_id, ids.txn_version(1, ids.STEP_ROWS))
         assert replayed[i].version == merged[i].version  # nothing committed by the replay
         assert all(a == app_id for _, a, _ in _txns(table.path))  # no other table's ids
 

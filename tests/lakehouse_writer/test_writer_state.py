@@ -10,7 +10,8 @@ import pytest
 from lakehouse_writer.commit.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.commit.state import BatchChanges, StateStore, WriterState
 from lakehouse_writer.commit.system_tables import local_frame
-from lakehouse_writer.rules.truncate import Truncate, TruncateLog
+from lakehouse_writer.commit.truncate_log import TruncateLog
+from lakehouse_writer.rules.truncate import Truncate
 from producer_lib.kafka._ledger import PartitionStats, TransactionLedger
 
 

@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from lakehouse_writer.cli import main
+from lakehouse_writer.commit import ids
 from lakehouse_writer.commit.state import BatchChanges, StateStore
-from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.ops.status import BatchStats, read_status, write_status
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -32,7 +32,7 @@ def viewfs(spark, tmp_path):
 
 def test_status_and_resume_table_reach_a_hadoop_file_system(spark, viewfs, tmp_path, capsys):
     lake, checkpoint = f"{viewfs}/lake", f"{viewfs}/ckpt"
-    instance = txn.instance_id(checkpoint, spark)
+    instance = ids.instance_id(checkpoint, spark)
     stats = BatchStats(state="drained", batch_id=2, stopped_tables={"SHOP.ORDERS": "AMOUNT"})
     write_status(checkpoint, stats, spark)
     store = StateStore(spark, f"{lake}/_writer_state", instance)

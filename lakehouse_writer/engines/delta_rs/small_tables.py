@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.commit import ids
 from lakehouse_writer.engines.spark.apply import UPSERT_TYPES, ApplyResult
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.read.avro_arrow import ArrowDecoder, DecodeError
@@ -430,7 +430,7 @@ class SmallTables:
     def _apply_one(self, table: _Table, raw: _Raw, batch_id: int) -> ApplyResult:
         """Decode, check and apply one table's rows; :class:`Unfit` when Spark is to."""
         info = table.info
-        app_id = txn.app_id_for(self._instance, table.ref.qualified)
+        app_id = ids.app_id_for(self._instance, table.ref.qualified)
         look = self._small.look(info, app_id)
         if look is None:
             raise Unfit("delta-rs cannot write the table")
@@ -438,8 +438,8 @@ class SmallTables:
         rows = decoded.rules
         counts = _counts(rows)
         truncates = distinct_truncates(decoded.truncates)
-        version = txn.txn_version(batch_id, txn.STEP_ROWS)
-        if look.done is not None and look.done >= txn.txn_version(batch_id, 0):
+        version = ids.txn_version(batch_id, ids.STEP_ROWS)
+        if look.done is not None and look.done >= ids.txn_version(batch_id, 0):
             if look.done < version:
                 raise Unfit("Spark applied part of the batch to the table before")
             log.info(

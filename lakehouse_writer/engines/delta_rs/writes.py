@@ -1,4 +1,4 @@
-"""Small changes merged by delta-rs, in the driver, instead of by a Spark MERGE.
+"""delta-rs's writes of the writer: MERGE, DELETE and append in the driver, exactly once.
 
 A Delta MERGE through Spark runs about 19 jobs whatever its size: a fixed cost (planning, the
 target's snapshot state, materializing the source, deletion vectors, the Change Data Feed). A
@@ -10,7 +10,8 @@ table's deletion vectors and column mapping, writes its Change Data Feed, and co
 ``SetTransaction`` of the write's (app id, version) that makes a replay a no-op for either
 engine. The rows reach it in one Spark job (``toArrow`` of the last row per key).
 
-:class:`SmallChanges` takes a MERGE when all of these hold, else Spark does it:
+:class:`DeltaRsWrites` writes a table when all of these hold, else Spark does it
+(:meth:`DeltaRsWrites.takes`, asked by the router):
 
 - the batch gives the table at most ``max_rows`` rows;
 - the table is on a local file system (cloud paths need credentials delta-rs does not get);
@@ -29,8 +30,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from lakehouse_writer.engines.base import Declined, Write
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,21 +64,8 @@ MAX_FAILURES = 3  # writes of a table delta-rs may fail before Spark takes them 
 _LEGACY_WRITER_VERSION = 5  # protocols up to (2, 5) name no features; 5 is column mapping
 
 
-@dataclass(frozen=True)
-class TableLook:
-    """A table as delta-rs sees it now (:meth:`SmallChanges.look`).
-
-    Attributes:
-        done: The last version of an app id the table holds (None: none).
-        empty: True when the table holds no data file.
-    """
-
-    done: int | None
-    empty: bool
-
-
-class SmallChanges:
-    """Merges of few rows, done by delta-rs (see the module docstring).
+class DeltaRsWrites:
+    """Writes of few rows, done by delta-rs (see the module docstring).
 
     Args:
         max_rows: The most rows a table's batch may give to be merged here; 0 turns it off.
@@ -105,10 +94,9 @@ class SmallChanges:
         source: Callable[[], pa.Table],
         table: TableInfo,
         clauses: MergeClauses,
-        app_id: str,
-        version: int,
+        write: Write,
     ) -> bool:
-        """MERGE the rows ``source`` gives into ``table`` once as (``app_id``, ``version``).
+        """MERGE the rows ``source`` gives into ``table`` once as ``write``.
 
         ``source`` is called only when the MERGE is to be done (a replay does not need the
         rows): ``DataFrame.toArrow`` of Spark's rows, say.
@@ -118,7 +106,7 @@ class SmallChanges:
             batch); False when delta-rs did not do it (Spark is to).
         """
 
-        def write(target: DeltaTable, commit: CommitProperties) -> int:
+        def merge(target: DeltaTable, commit: CommitProperties) -> int:
             rows = source()
             (
                 target.merge(
@@ -132,78 +120,84 @@ class SmallChanges:
             )
             return rows.num_rows
 
-        return self._write(table, app_id, version, "merge", write)
+        return self._write(table, write, "merge", merge)
 
-    def append(
-        self, rows: Callable[[], pa.Table], table: TableInfo, app_id: str, version: int
-    ) -> bool:
-        """Append the rows ``rows`` gives (the table's columns) once as (``app_id``, ``version``).
-
-        A reload into an empty table: nothing is written when a key repeats (the caller then
-        appends the last row per key).
+    def append(self, rows: Callable[[], pa.Table], table: TableInfo, write: Write) -> bool:
+        """Append the rows ``rows`` gives (the table's columns) once as ``write``.
 
         Returns:
             True when the rows are in the table (appended now, or by an earlier run of the
-            same batch); False when nothing was written (a key repeats, or delta-rs did not
-            write them).
+            same batch); False when delta-rs did not write them.
         """
         from deltalake import write_deltalake
 
-        def write(target: DeltaTable, commit: CommitProperties) -> int | None:
+        def append(target: DeltaTable, commit: CommitProperties) -> int:
             data = rows()
-            if _repeats(data, table.keys):
-                return None
             write_deltalake(target, data, mode="append", commit_properties=commit)
             return data.num_rows
 
-        return self._write(table, app_id, version, "append", write)
+        return self._write(table, write, "append", append)
 
-    def look(self, table: TableInfo, app_id: str) -> TableLook | None:
-        """What ``table`` holds for ``app_id``, from its delta-rs handle; None: not writable."""
+    def delete(self, table: TableInfo, predicate: str, write: Write) -> bool:
+        """DELETE the rows for which ``predicate`` (DataFusion SQL) holds, once as ``write``."""
+
+        def delete(target: DeltaTable, commit: CommitProperties) -> int:
+            metrics = target.delete(predicate, commit_properties=commit)
+            return int(metrics.get("num_deleted_rows", 0))
+
+        return self._write(table, write, "delete", delete)
+
+    def is_empty(self, table: TableInfo) -> bool:
+        """True when the table's latest version has no data file.
+
+        Raises:
+            Declined: delta-rs cannot write the table.
+        """
+        return not self._writable_table(table).file_uris()
+
+    def version(self, table: TableInfo) -> int:
+        """The table's latest version (its handle brought up to date)."""
+        return int(self._writable_table(table).version())
+
+    def _writable_table(self, table: TableInfo) -> DeltaTable:
         target = self._table(table)
         if target is None:
-            return None
-        return TableLook(target.transaction_version(app_id), not target.file_uris())
+            raise Declined("delta-rs cannot write the table", table=table.ref.qualified)
+        return target
 
     def _write(
         self,
         table: TableInfo,
-        app_id: str,
-        version: int,
+        write: Write,
         what: str,
-        write: Callable[[DeltaTable, CommitProperties], int | None],
+        do: Callable[[DeltaTable, CommitProperties], int],
     ) -> bool:
-        """``write`` the table once as (``app_id``, ``version``); see :meth:`merge`.
-
-        ``write`` returns the rows it wrote, or None when it wrote nothing.
-        """
+        """``do`` the write to the table once as ``write``; see :meth:`merge`."""
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import DeltaError
 
         target = self._table(table)
         if target is None:
             return False
-        done = target.transaction_version(app_id)
-        if done is not None and done >= version:
+        done = target.transaction_version(write.app_id)
+        if done is not None and done >= write.version:
             log.info(
-                "small %s skipped table=%s app_id=%s version=%d: already committed (replay)",
+                "delta-rs %s skipped table=%s app_id=%s version=%d: already committed (replay)",
                 what,
                 table.ref.qualified,
-                app_id,
-                version,
+                write.app_id,
+                write.version,
             )
             return True
         started = time.monotonic()
-        commit = CommitProperties(app_transactions=[Transaction(app_id, version)])
+        commit = CommitProperties(app_transactions=[Transaction(write.app_id, write.version)])
         try:
-            rows = write(target, commit)
+            rows = do(target, commit)
         except DeltaError as exc:  # Spark does it (see the module docstring)
             self._failed(table, what, _first_line(exc))
             return False
-        if rows is None:
-            return False
         log.info(
-            "small %s table=%s rows=%d seconds=%.3f",
+            "delta-rs %s table=%s rows=%d seconds=%.3f",
             what,
             table.ref.qualified,
             rows,
@@ -261,14 +255,6 @@ class SmallChanges:
         with self._lock:
             self._refused.add(path)
         log.info("small merges by Spark path=%s reason=delta-rs cannot write %s", path, reason)
-
-
-def _repeats(data: pa.Table, keys: tuple[str, ...]) -> bool:
-    """True when a key occurs twice in ``data``."""
-    if not keys or data.num_rows < 2:
-        return False
-    counts = data.group_by(list(keys)).aggregate([([], "count_all")])
-    return counts.num_rows < data.num_rows
 
 
 def _first_line(exc: Exception) -> str:

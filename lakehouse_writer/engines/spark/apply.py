@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lakehouse_writer.commit import ids
 from lakehouse_writer.commit.system_tables import rejected_rows
 from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.errors import LakehouseWriterError
@@ -125,7 +126,7 @@ def apply_batch(
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
-    app_id = txn.app_id_for(instance_id, table.ref.qualified)
+    app_id = ids.app_id_for(instance_id, table.ref.qualified)
     steps = Steps()
     with steps("summary"):
         summary = summary or summarize_rows(df, table)
@@ -153,7 +154,7 @@ def apply_batch(
         with steps("truncate"):
             known_empty = _is_empty(spark, table)  # a first load's TRUNCATE deletes nothing
             if not known_empty:
-                version = txn.txn_version(batch_id, txn.STEP_TRUNCATE)
+                version = ids.txn_version(batch_id, ids.STEP_TRUNCATE)
                 _delete_truncated(spark, table, truncates_last, app_id, version)
     fast = False
     with steps("rows"):
@@ -257,7 +258,7 @@ def _append(
     batch_id: int,
     check: Callable[[], bool] | None = None,
 ) -> bool:
-    version = txn.txn_version(batch_id, txn.STEP_ROWS)
+    version = ids.txn_version(batch_id, ids.STEP_ROWS)
     return txn.append(conform(rows, table), table.path, app_id, version, check=check)
 
 
@@ -282,7 +283,7 @@ def _apply_older_rows(
     spark = rows.sparkSession
     before, truncates_last = _segments(rows, truncates, summary.oldest)
     writes = sum((segment is not None) + bool(group) for segment, group in before)
-    if writes >= txn.STEP_TRUNCATE:
+    if writes >= ids.STEP_TRUNCATE:
         raise LakehouseWriterError(
             "the batch needs too many writes to apply its rows and TRUNCATEs in time order; "
             "lower --max-offsets-per-trigger",
@@ -293,11 +294,11 @@ def _apply_older_rows(
     step = 0
     for earlier, group in before:  # rows older than a TRUNCATE first, then it
         if earlier is not None:
-            version = txn.segment_version(batch_id, step)
+            version = ids.segment_version(batch_id, step)
             _merge_rows(earlier, table, app_id, version, summary, small)
             step += 1
         if group:
-            _delete_truncated(spark, table, group, app_id, txn.segment_version(batch_id, step))
+            _delete_truncated(spark, table, group, app_id, ids.segment_version(batch_id, step))
             step += 1
     return truncates_last
 
@@ -318,14 +319,14 @@ def _merge_or_append(
     if reload and (known_empty or _is_empty(rows.sparkSession, table)):
         # A reload rarely repeats a key: its rows are appended as they are, on condition
         # that no key repeats (checked first); else the last per key.
-        version = txn.txn_version(batch_id, txn.STEP_ROWS)
+        version = ids.txn_version(batch_id, ids.STEP_ROWS)
         if small is not None and small.append(conform(rows, table).toArrow, table, app_id, version):
             return True
         if not _append(rows, table, app_id, batch_id, lambda: unique_keys(rows, table.keys)):
             _append(latest_per_key(rows, table.keys), table, app_id, batch_id)
         return True
     if any(counts.get(c) for c in (*UPSERT_TYPES, *DELETE_TYPES, "B", "P")):
-        version = txn.txn_version(batch_id, txn.STEP_ROWS)
+        version = ids.txn_version(batch_id, ids.STEP_ROWS)
         _merge_rows(rows, table, app_id, version, summary, small)
     return False
 

@@ -29,20 +29,19 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.commit import ids
+from lakehouse_writer.commit.truncate_log import TruncateLog
+from lakehouse_writer.engines.base import ApplyResult
 from lakehouse_writer.engines.spark import txn
-from lakehouse_writer.engines.spark.apply import (
-    UPSERT_TYPES,
-    ApplyResult,
-    conform,
-    unique_keys,
-)
+from lakehouse_writer.engines.spark.engine import no_repeated_keys, upserts
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.read.decode import DecodedBatch, split_parsed
 from lakehouse_writer.read.framing import avro_struct, body_column
 from lakehouse_writer.read.keys import with_key_check
 from lakehouse_writer.read.ranges import OffsetRanges, messages_per_topic, range_read
 from lakehouse_writer.read.summary import RowSummary, truncate_records, truncate_row
-from lakehouse_writer.rules.truncate import Truncate, TruncateLog, distinct_truncates
+from lakehouse_writer.rules.row_types import UPSERTS as UPSERT_TYPES
+from lakehouse_writer.rules.truncate import Truncate, distinct_truncates
 from lakehouse_writer.tables.manager import TableInfo, TableManager, TableRef, no_data_files
 
 if TYPE_CHECKING:
@@ -124,12 +123,11 @@ class Speculation:
         )
         return ApplyResult(
             self.info.ref.qualified,
-            dict(self.summary.counts),  # type: ignore[arg-type]
+            dict(self.summary.counts),
             self.summary.truncates,
-            True,
-            False,
-            version,
-            None,
+            fast_path=True,
+            gdpr_purged=False,
+            version=version,
         )
 
     def discard(self) -> None:
@@ -203,8 +201,8 @@ class ReloadBet:
             ranges,
             bet,
             info,
-            txn.app_id_for(self._instance, ref.qualified),
-            txn.txn_version(batch_id, txn.STEP_ROWS),
+            ids.app_id_for(self._instance, ref.qualified),
+            ids.txn_version(batch_id, ids.STEP_ROWS),
             self._truncates.of(ref.qualified),
         )
         if isinstance(outcome, str):
@@ -214,16 +212,20 @@ class ReloadBet:
         return outcome
 
     def settle(
-        self, reload: Speculation | None, decoded: DecodedBatch, batch_id: int
+        self, placed: object | None, decoded: DecodedBatch, batch_id: int
     ) -> Speculation | None:
-        """``reload`` when its files are to be committed; else its rows join ``decoded``.
+        """The reload ``placed`` when its files are to be committed; else None.
 
-        They are not when a key repeats, or when the rest of the batch holds rows of its
-        table (from another topic): then its files are deleted and its rows, read again,
-        are applied the normal way, with those of the rest (cached: in ``decoded.cached``).
+        They are not committed when a key repeats, or when the rest of the batch holds rows
+        of its table (from another topic): then its files are deleted and its rows, read
+        again, join ``decoded`` and are applied the normal way, with those of the rest
+        (cached: in ``decoded.cached``).
+        ``placed`` is what :meth:`place` returned (the read side holds it by its protocol).
         """
-        if reload is None:
+        if placed is None:
             return None
+        assert isinstance(placed, Speculation), placed
+        reload = placed
         ref = reload.info.ref
         if ref in decoded.tables:
             reason = "the batch holds rows of its table from another topic"
@@ -315,7 +317,7 @@ def speculate(
     observation = Observation(f"reload-{uuid.uuid4().hex}")
     observed = parsed.observe(observation, *_metrics(sorted(p for t, p in mine)))
     decoded, _ = split_parsed(observed, expected.schema, info)
-    rows = conform(decoded.filter(F.col("__change_type") != "T"), info)
+    rows = upserts(decoded, info)  # a reload: its TRUNCATEs and upserts (the bet checks)
     pending = txn.PendingAppend.begin(spark, info.path, app_id, version, rows.schema)
     if pending is None or pending.replayed:
         return (
@@ -343,7 +345,7 @@ def speculate(
     def distinct() -> bool:
         found = unique_in_files(paths, physical, rows)
         if found is None:
-            found = unique_keys(_written(spark, paths, physical, info.keys), info.keys)
+            found = no_repeated_keys(_written(spark, paths, physical, info.keys), info.keys)
         return found
 
     checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reload-check")

@@ -5,12 +5,8 @@ writer options; MERGE/DELETE/UPDATE read them from session confs, which stay set
 and would make the next, different write look like a replay — so :func:`delta_txn` always
 clears them again.
 
-One batch may write a table more than once (TRUNCATE's delete, then the MERGE; a batch whose
-rows are older than its TRUNCATE merges them first), so the Delta version is
-``batch_id * STEPS + step``: each write of each batch has its own number, increasing in the
-order of the writes.
-The app id comes from the writer's instance id (a UUID kept in the checkpoint directory), so a
-new checkpoint — whose batch ids restart at 0 — is never taken for a replay.
+The ids themselves (app id per table, a version per write of a batch) are
+:mod:`lakehouse_writer.commit.ids`.
 
 Appends go through :func:`append`. Delta 4.4 looks a ``txnVersion`` up in the snapshot's
 *computed state*: two Spark jobs that rebuild the table's state from its log (checkpoint and
@@ -26,12 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-
-from lakehouse_writer.runtime.storage import CheckpointFiles
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -41,43 +34,6 @@ log = logging.getLogger(__name__)
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-STEPS = 1024  # numbers per batch: segments from 0 up, then truncate and rows; system tables
-STEP_TRUNCATE, STEP_ROWS, STEP_SYSTEM = STEPS - 2, STEPS - 1, 0
-_INSTANCE_FILE = "lakehouse_writer_instance"
-
-
-def txn_version(batch_id: int, step: int) -> int:
-    """The Delta txnVersion of ``step`` within micro-batch ``batch_id``."""
-    return batch_id * STEPS + step
-
-
-def segment_version(batch_id: int, step: int) -> int:
-    """The txnVersion of a batch's ``step``-th write before its latest TRUNCATE (from 0)."""
-    assert 0 <= step < STEP_TRUNCATE, step
-    return txn_version(batch_id, step)
-
-
-def app_id_for(instance_id: str, table: str) -> str:
-    """The Delta txnAppId of one table written by one writer instance."""
-    return f"lakehouse-writer:{instance_id}:{table}"
-
-
-def instance_id(checkpoint: str, spark: SparkSession | None = None) -> str:
-    """Return this checkpoint's writer instance id, creating it on first use.
-
-    The id is kept in the checkpoint directory on its own file system
-    (:class:`~lakehouse_writer.runtime.storage.CheckpointFiles`: a local folder, or ``abfss://``,
-    ``s3a://``, ``dbfs:/`` ... through Hadoop), so a driver restarted anywhere finds it.
-    It is created only if absent: of two writers starting together, the second reads the
-    first's id (as atomically as the store creates files: HDFS and ABFS do, local folders
-    too).
-
-    Args:
-        checkpoint: The streaming checkpoint directory (local path or URI).
-        spark: The session that opens a URI; None: the active one.
-    """
-    files = CheckpointFiles(checkpoint, spark)
-    return files.create(_INSTANCE_FILE, uuid.uuid4().hex).strip()
 
 
 @contextmanager

@@ -1,0 +1,236 @@
+"""The Spark engine: a table's rows as a DataFrame, written with Delta's MERGE, DELETE, append.
+
+The rules are :mod:`lakehouse_writer.rules.sql` read as Spark SQL (the rows bound to the
+query as a DataFrame argument of ``spark.sql``); the MERGE's conditions are
+:mod:`lakehouse_writer.rules.merge`'s. A MERGE or DELETE takes its transaction id from the
+session's conf (:func:`~lakehouse_writer.engines.spark.txn.delta_txn`), an append from its
+options (:func:`~lakehouse_writer.engines.spark.txn.append`): one session per thread
+(:mod:`lakehouse_writer.route.parallel`), so each table's writes carry their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from lakehouse_writer.commit.system_tables import rejected_rows
+from lakehouse_writer.engines.base import ApplyResult, Write
+from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.engines.table import apply_table
+from lakehouse_writer.read.summary import RowSummary, summarize_rows
+from lakehouse_writer.rules.dialect import SPARK
+from lakehouse_writer.rules.merge import merge_clauses
+from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE
+from lakehouse_writer.rules.sql import (
+    TableShape,
+    conformed,
+    latest_rows,
+    merge_source,
+    repeated_keys,
+    truncated,
+)
+from lakehouse_writer.rules.truncate import Truncate
+from lakehouse_writer.tables.files import last_log_version
+from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, TableInfo, no_data_files
+from producer_lib.schema import TECHNICAL_FIELDS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["SparkEngine", "apply_batch", "no_repeated_keys", "shape_of", "upserts"]
+
+log = logging.getLogger(__name__)
+
+TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
+ROWS = "__rows__"  # the relation the rules' SQL reads: the table's rows, bound by _query
+_FEW_ROWS = 10_000  # a MERGE source this small is one partition: no shuffle for its window
+
+
+def shape_of(table: TableInfo) -> TableShape:
+    """The table as the rules see it: columns with their Spark types, keys, technical set."""
+    columns = {name: dtype.simpleString() for name, dtype in table.columns.items()}
+    return TableShape(columns, table.keys, TECHNICAL)
+
+
+class SparkEngine:
+    """The :class:`~lakehouse_writer.engines.base.Engine` of Spark's Delta.
+
+    Args:
+        spark: The session the table's work runs on (its own per thread).
+    """
+
+    name = "spark"
+    dialect = SPARK
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+
+    def shape(self, table: TableInfo) -> TableShape:
+        """The table as the rules see it."""
+        return shape_of(table)
+
+    def summarize(self, rows: DataFrame, table: TableInfo) -> RowSummary:
+        """One job over the rows: counts per type, key range, oldest row, TRUNCATEs."""
+        return summarize_rows(rows, table)
+
+    def filter(self, rows: DataFrame, condition: str) -> DataFrame:
+        """The rows for which ``condition`` holds."""
+        from pyspark.sql import functions as F
+
+        return rows.filter(F.expr(condition))
+
+    def rejected(self, rows: DataFrame, condition: str, reason: str, table: TableInfo) -> Any:
+        """The rows for which ``condition`` holds, in the ``_rejected`` layout."""
+        from pyspark.sql import functions as F
+
+        return rejected_rows(self.filter(rows, condition), F.expr(reason), table.ref.qualified)
+
+    def change_times(self, rows: DataFrame, below_us: int) -> list[int]:
+        """The distinct change times (µs) of the rows older than ``below_us``, ascending."""
+        from pyspark.sql import functions as F
+
+        older = rows.filter(F.col("__change_time") < F.timestamp_micros(F.lit(below_us)))
+        found = older.select(F.unix_micros("__change_time")).distinct().collect()
+        return sorted(r[0] for r in found)
+
+    def is_empty(self, table: TableInfo) -> bool:
+        """True when the table holds no rows.
+
+        A table this writer created is empty at version 0 (the creation commit), and so is
+        one whose latest version has no data files (its checksum says so): log lookups.
+        Otherwise a Spark job looks.
+        """
+        spark = self._spark
+        if table.created and last_log_version(spark, table.path) == 0:
+            return True
+        if no_data_files(spark, table.path):
+            return True
+        return bool(spark.read.format("delta").load(table.path).isEmpty())
+
+    def delete(self, table: TableInfo, truncates: Sequence[Truncate], write: Write) -> None:
+        """One Delta DELETE of what ``truncates`` cover, as ``write``."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        condition = F.expr(truncated(truncates, self.shape(table), SPARK))
+        with txn.delta_txn(self._spark, write.app_id, write.version):
+            DeltaTable.forPath(self._spark, table.path).delete(condition)
+
+    def merge(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
+        """One Delta MERGE of the rows' last row per key, restricted to their key range."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        counts = summary.counts
+        if sum(n for n in counts.values()) <= _FEW_ROWS:
+            rows = rows.coalesce(1)
+        sql = merge_source(
+            ROWS,
+            self.shape(table),
+            rows.columns,
+            SPARK,
+            before=bool(counts.get(BEFORE)),
+            archives=bool(counts.get(ARCHIVE)),
+        )
+        source = _query(sql, rows)
+        clauses = merge_clauses(list(table.columns), table.keys, TECHNICAL, SPARK)
+        on = F.expr(clauses.on)
+        if summary.key_range is not None:  # a target-only condition: Delta skips files
+            first = table.keys[0]
+            low, high = (F.lit(v).cast(table.columns[first]) for v in summary.key_range)
+            on = on & F.col(f"t.{SPARK.quote(first)}").between(low, high)
+        with txn.delta_txn(self._spark, write.app_id, write.version):
+            (
+                DeltaTable.forPath(self._spark, table.path)
+                .alias("t")
+                .merge(source.alias("s"), on)
+                .whenMatchedDelete(clauses.delete)
+                .whenMatchedUpdate(clauses.replace, set=_assigned(clauses.every))
+                .whenMatchedUpdate(clauses.archive, set=_assigned(clauses.technical))
+                .whenNotMatchedInsert(clauses.insert, values=_assigned(clauses.every))
+                .execute()
+            )
+
+    def append(self, rows: DataFrame, table: TableInfo, write: Write, *, unique: bool) -> bool:
+        """Append the rows' upserts (with ``unique``, only when no key repeats)."""
+        check = (lambda: no_repeated_keys(rows, table.keys)) if unique and table.keys else None
+        return txn.append(
+            upserts(rows, table), table.path, write.app_id, write.version, check=check
+        )
+
+    def append_latest(self, rows: DataFrame, table: TableInfo, write: Write) -> None:
+        """Append the last row per key of the rows' upserts."""
+        shape = self.shape(table)
+        latest = f"({latest_rows(ROWS, shape, rows.columns, SPARK)}) latest"
+        data = _query(conformed(latest, shape, rows.columns, SPARK, cast=True), rows)
+        txn.append(data, table.path, write.app_id, write.version)
+
+    def purge(self, table: TableInfo, batch_id: int) -> bool:
+        """Rewrite the files with deletion vectors; mark the table for maintenance.
+
+        The mark (``flow.gdpr_delete`` = the batch) is how ``lakehouse-writer maintain``
+        finds GDPR deletes and vacuums their older files within
+        ``LAKEHOUSE_GDPR_COMPLETION_HOURS``; the rewrite alone commits nothing when no file
+        has a deletion vector.
+        """
+        target = f"delta.{SPARK.quote(table.path)}"
+        self._spark.sql(f"REORG TABLE {target} APPLY (PURGE)")
+        self._spark.sql(
+            f"ALTER TABLE {target} SET TBLPROPERTIES ('{GDPR_DELETE_PROPERTY}' = '{batch_id}')"
+        )
+        log.info(
+            "gdpr purge table=%s path=%s batch=%d (older versions keep the rows until maintain)",
+            table.ref.qualified,
+            table.path,
+            batch_id,
+        )
+        return True
+
+    def version(self, table: TableInfo) -> int:
+        """The table's latest Delta version, from its log's files."""
+        return last_log_version(self._spark, table.path)
+
+
+def upserts(rows: DataFrame, table: TableInfo) -> DataFrame:
+    """The rows' upserts in the table's columns and types (NULL for a column they lack)."""
+    return _query(conformed(ROWS, shape_of(table), rows.columns, SPARK, cast=True), rows)
+
+
+def no_repeated_keys(rows: DataFrame, keys: tuple[str, ...]) -> bool:
+    """True when no key occurs twice in ``rows`` (one job; a hash collision says False)."""
+    return bool(_query(repeated_keys(ROWS, keys, SPARK), rows).isEmpty())
+
+
+def _query(sql: str, rows: DataFrame) -> DataFrame:
+    """``sql`` over ``rows`` (named :data:`ROWS` in it), on the rows' session.
+
+    ``spark.sql`` formats its text with the DataFrames it is given: braces of the rules'
+    text (a column named ``a{b}``) are doubled first.
+    """
+    text = sql.replace("{", "{{").replace("}", "}}").replace(ROWS, "{rows}")
+    return rows.sparkSession.sql(text, rows=rows)
+
+
+def _assigned(pairs: dict[str, str]) -> dict[str, str | Column]:
+    """Column -> SQL of a MERGE clause, as Delta's builder types it."""
+    return dict(pairs)
+
+
+def apply_batch(
+    df: DataFrame,
+    batch_id: int,
+    table: TableInfo,
+    instance_id: str,
+    applied_truncates: Sequence[Truncate] = (),
+    summary: RowSummary | None = None,
+) -> ApplyResult:
+    """Apply one micro-batch's decoded rows of one table with Spark; a replay is a no-op.
+
+    The writer's steps (:func:`~lakehouse_writer.engines.table.apply_table`) on the Spark
+    engine: a plain function tests and tools call on a static DataFrame (decoded rows: the
+    payload columns by original name, the technical fields, ``topic``/``partition``/
+    ``offset``).
+    """
+    engine = SparkEngine(df.sparkSession)
+    return apply_table(engine, df, table, batch_id, instance_id, applied_truncates, summary)
