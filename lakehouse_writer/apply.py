@@ -23,8 +23,8 @@ them in from the batch) and it applies them, idempotently per ``batch_id``:
    outside it. Fast path: when an unscoped TRUNCATE left the table empty and every row is an
    upsert, the rows are appended instead (no join; no sort either when no key repeats,
    which a job checks first: ``txn.append``'s ``check``).
-5. GDPR (``G``) rows: after the MERGE the table's deletion vectors are purged
-   (``REORG ... APPLY (PURGE)``) so no current data file still holds a deleted row.
+5. GDPR (``G``) rows: after the MERGE the table is rewritten so no current data file still
+   holds a deleted row, and marked for maintenance (:mod:`lakehouse_writer.gdpr`).
 
 Tables without a key are append-only: I/U/A/R append, T truncates, the other types are
 returned as rejected rows with an error.
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse_writer import txn
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.gdpr import purge_deleted_rows
 from lakehouse_writer.lakehouse_files import last_log_version
 from lakehouse_writer.merge import (
     ACTION,
@@ -51,7 +52,7 @@ from lakehouse_writer.merge import (
 )
 from lakehouse_writer.summary import RowSummary, summarize_rows
 from lakehouse_writer.system_tables import rejected_rows
-from lakehouse_writer.tables import GDPR_DELETE_PROPERTY, no_data_files
+from lakehouse_writer.tables import no_data_files
 from lakehouse_writer.truncate import Truncate, truncated, unknown_columns
 from producer_lib.schema import TECHNICAL_FIELDS
 from producer_lib.timing import Steps
@@ -81,7 +82,7 @@ class ApplyResult:
         rows: Decoded rows given, per change type.
         truncates: TRUNCATEs applied (distinct time and scope).
         fast_path: True when the rows were appended instead of merged.
-        gdpr_purged: True when deletion vectors were purged for GDPR deletes.
+        gdpr_purged: True when the batch had GDPR deletes: the table was purged and marked.
         version: The table's Delta version afterwards.
         rejected: Rows that could not be applied (``_rejected`` layout), or None.
         small: True when its MERGEs were offered to delta-rs
@@ -167,7 +168,9 @@ def apply_batch(
                 rows, table, app_id, batch_id, truncates_last, summary, known_empty, small
             )
     with steps("purge"):
-        purged = bool(counts.get("G")) and not table.append_only and _purge(spark, table, batch_id)
+        purged = bool(counts.get("G")) and not table.append_only
+        if purged:
+            purge_deleted_rows(spark, table, batch_id)
     version = last_log_version(spark, table.path)
     log.info(
         "batch applied table=%s batch=%d rows=%s truncates=%d fast_path=%s small=%s "
@@ -570,26 +573,6 @@ def _is_empty(spark: SparkSession, table: TableInfo) -> bool:
     ):
         return True
     return bool(spark.read.format("delta").load(table.path).isEmpty())
-
-
-def _purge(spark: SparkSession, table: TableInfo, batch_id: int) -> bool:
-    """Rewrite files with deletion vectors so no current file holds a GDPR-deleted row.
-
-    Then mark the table's history with a commit setting ``flow.gdpr_delete`` to the batch
-    id: ``lakehouse-writer maintain`` finds GDPR deletes by it and vacuums their older files
-    within ``LAKEHOUSE_GDPR_COMPLETION_HOURS``. The REORG alone is no mark: it commits
-    nothing when no file has a deletion vector (delta-rs's MERGE rewrites files instead).
-    """
-    target = f"delta.{_q(table.path)}"
-    spark.sql(f"REORG TABLE {target} APPLY (PURGE)")
-    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{GDPR_DELETE_PROPERTY}' = '{batch_id}')")
-    log.info(
-        "gdpr purge table=%s path=%s batch=%d (older versions keep the rows until maintain)",
-        table.ref.qualified,
-        table.path,
-        batch_id,
-    )
-    return True
 
 
 def _timestamp(truncate: Truncate) -> Column:
