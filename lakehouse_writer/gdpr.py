@@ -22,9 +22,11 @@ driver's JVM has: it works on ``local[N]`` and fails on every real cluster
   sorted by the key, which the writer's MERGEs skip files by;
 - a clustered table refuses ``ZORDER BY``, and ``OPTIMIZE ... FULL`` keeps files of a
   clustered ZCube as they are: its current version is read and written back with
-  ``dataChange = false`` (Delta's documented way to rearrange files). That write reads the
-  table's latest version when it starts, so it assumes what DESIGN says: this writer is the
-  only one that changes the table's rows.
+  ``dataChange = false`` (Delta's documented way to rearrange files), and its clustering
+  columns, which that overwrite drops, are set again (``ALTER TABLE ... CLUSTER BY``; the
+  next OPTIMIZE clusters the files). That write reads the table's latest version when it
+  starts, so it assumes what DESIGN says: this writer is the only one that changes the
+  table's rows.
 
 Both rewrite every file of the table, not only those with deletion vectors (figures:
 docs/PERFORMANCE.md). A table with no deletion vector left (delta-rs merged the rows, or the
@@ -126,10 +128,13 @@ def files_with_deleted_rows(spark: SparkSession, path: str) -> int:
 def _rewrite(spark: SparkSession, table: TableInfo) -> str:
     """Rewrite every file of ``table`` (see the module docstring); returns what it ran."""
     target = f"delta.{_q(table.path)}"
-    detail = spark.sql(f"DESCRIBE DETAIL {target}").collect()[0].asDict()
-    if detail.get(_CLUSTERING_COLUMNS):
+    clustering = spark.sql(f"DESCRIBE DETAIL {target}").collect()[0][_CLUSTERING_COLUMNS]
+    if clustering:
         frame = spark.read.format("delta").load(table.path)
-        frame.write.format("delta").mode("overwrite").option("dataChange", "false").save(table.path)
+        rewrite = frame.write.format("delta").mode("overwrite").option("dataChange", "false")
+        rewrite.save(table.path)
+        # the overwrite drops the clustering columns (clusterBy on the writer too): set again
+        spark.sql(f"ALTER TABLE {target} CLUSTER BY ({', '.join(_q(c) for c in clustering)})")
         return "a rewrite of the clustered table (dataChange=false)"
     with _conf(spark, _ZORDER_STATS_CHECK, "false"):
         spark.sql(f"OPTIMIZE {target} ZORDER BY ({_q(table.keys[0])})")

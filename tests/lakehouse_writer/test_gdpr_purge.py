@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 @pytest.fixture(params=[False, True], ids=["plain", "clustered"])
 def orders(request, spark, tmp_path):
-    """(apply(rows, batch_id), table): a keyed table, clustered by its key or not."""
+    """(apply(rows, batch_id), table, clustering columns): keyed, clustered by its key or not."""
     schema = sample_schema()
     if request.param:
         schema.set_cluster_columns("ID")
@@ -31,7 +31,7 @@ def orders(request, spark, tmp_path):
     def apply(rows, batch_id):
         return apply_batch(rows_df(spark, schema, rows), batch_id, table, "w1")
 
-    return apply, table
+    return apply, table, ["ID"] if request.param else []
 
 
 def _current_files(spark, path: str) -> list[str]:
@@ -46,7 +46,7 @@ def _ids_in_files(spark, path: str) -> list[int]:
 
 
 def test_a_gdpr_delete_leaves_no_image_of_the_key_in_any_current_file(spark, orders):
-    apply, table = orders
+    apply, table, clustered = orders
     apply([{"ID": i, "NAME": f"n{i}", "__change_type": "I", "t": 1} for i in range(1, 5)], 0)
     # the old image of 2 stays in the first file behind a deletion vector; 3 is deleted so
     apply(
@@ -76,6 +76,7 @@ def test_a_gdpr_delete_leaves_no_image_of_the_key_in_any_current_file(spark, ord
     assert [(r.ID, r._change_type) for r in changes.collect()] == [(2, "delete")]
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table.path}`").collect()[0]
     assert detail["properties"][GDPR_DELETE_PROPERTY] == "2"
+    assert detail["clusteringColumns"] == clustered  # the rewrite kept the layout
 
 
 def test_a_purge_that_fails_fails_the_batch_of_its_table_naming_table_and_cause(spark, tmp_path):
