@@ -26,7 +26,13 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.commit.state import COMPACT_EVERY, STATE, BatchChanges, StateStore, WriterState
+from lakehouse_writer.commit.state import (
+    COMPACT_EVERY,
+    STATE,
+    BatchChanges,
+    StateStore,
+    WriterState,
+)
 from lakehouse_writer.commit.system_step import SystemStep
 from lakehouse_writer.commit.truncate_log import TruncateLog
 from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites

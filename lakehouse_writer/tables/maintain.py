@@ -6,8 +6,8 @@ writer between batches: ``budget_s`` bounds it). Per table, in this order:
 
 1. plan (:func:`lakehouse_writer.tables.retention.plan_table`): its small files, its history
    retention (``LAKEHOUSE_HISTORY_RETENTION_HOURS`` or a shorter ``flow.retention_period``)
-   and whether a GDPR purge (a ``REORG ... APPLY (PURGE)`` commit, which the writer makes
-   after every batch with ``G`` rows) lies inside that history;
+   and whether a GDPR delete (the ``flow.gdpr_delete`` commit the writer makes after every
+   batch with ``G`` rows, :mod:`lakehouse_writer.engines.spark.gdpr`) lies inside that history;
 2. set ``delta.logRetentionDuration`` and ``delta.deletedFileRetentionDuration`` to the
    history retention when they differ (one commit, the first time);
 3. compact small files (``OPTIMIZE``) when there are at least ``LAKEHOUSE_COMPACT_MIN_FILES``;
@@ -267,9 +267,10 @@ def _purge_times_ms(spark: SparkSession, path: str) -> list[int]:
     """Commit times (epoch ms) of the GDPR deletes in the table's log.
 
     The writer marks each batch with GDPR deletes by a commit that sets the table property
-    :data:`GDPR_MARKER` (whichever engine applied them: a delta-rs MERGE rewrites files, and
-    the REORG after it then commits nothing). Also counted: a ``REORG ... APPLY (PURGE)``
-    commit, and a commit whose ``userMetadata`` holds the marker (another tool's delete).
+    :data:`GDPR_MARKER` (whichever engine applied them: after a delta-rs MERGE, which rewrites
+    files, the purge may commit nothing). Also counted: a ``REORG ... APPLY (PURGE)`` commit
+    (the writer's purge before), and a commit whose ``userMetadata`` holds the marker
+    (another tool's delete).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F

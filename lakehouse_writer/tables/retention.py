@@ -8,9 +8,9 @@ log says). :mod:`lakehouse_writer.tables.maintain` carries the plan out.
 
 The VACUUM retention of a table is its history retention: ``LAKEHOUSE_HISTORY_RETENTION_HOURS``
 (168), or its ``flow.retention_period`` when that is shorter. While a GDPR purge (the
-writer's ``REORG TABLE ... APPLY (PURGE)``) lies inside that history, it is at most
-``LAKEHOUSE_GDPR_COMPLETION_HOURS`` (24): the first pass that starts that many hours after
-the purge deletes every file that still held the purged rows.
+writer's ``flow.gdpr_delete`` commit, :mod:`lakehouse_writer.engines.spark.gdpr`) lies inside that
+history, it is at most ``LAKEHOUSE_GDPR_COMPLETION_HOURS`` (24): the first pass that starts that
+many hours after the purge deletes every file that still held the purged rows.
 """
 
 from __future__ import annotations

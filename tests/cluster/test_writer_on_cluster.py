@@ -14,6 +14,12 @@ Which of the local checks run here (the representative set):
 - ``test_hadoop_checkpoint.py``'s replay: the last batch's Spark commit file removed (the
   driver died before Spark recorded it), the next run replays that batch and changes nothing;
   every (txnAppId, txnVersion) is in each table's Delta log once.
+- every row type of DESIGN, a GDPR delete (``G``) among them: a flow's initial load (TRUNCATE
+  and REPLACE), then one transaction of U, D, X, P, I, A, a BEFORE image whose UPDATE moved
+  the key, a scoped TRUNCATE and G rows, each applied by ``lakehouse-writer run --once
+  --master spark://…`` → the exact rows; the GDPR purge rewrote the table on the executors
+  (Delta's ``REORG … APPLY (PURGE)`` cannot run there: lakehouse_writer/engines/spark/gdpr.py), and
+  after ``lakehouse-writer maintain`` no Parquet file under the table holds a deleted row.
 - ``test_writer_crash.py``'s load with a worker killed mid-batch: ``test_worker_killed.py``.
 """
 
@@ -26,6 +32,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
@@ -239,3 +246,118 @@ def test_lakehouse_writer_run_with_a_cluster_master_ships_its_jars(
     assert fetched and all(any(name in f for f in fetched) for name in shipped), (
         "the executors did not fetch the connector jars from the driver"
     )
+
+
+SECRET = "Erika Mustermann 7f3a"  # the name of a customer whose row a GDPR delete erases
+GDPR_KEYS = (7, 8)
+COLUMNS = ("ID", "NAME", "REGION", "__change_type")
+
+
+def _initial_load(bootstrap: str, topic: str) -> list[tuple]:
+    """A flow's initial load: an unscoped TRUNCATE, then a REPLACE of rows 1-12; its rows."""
+    rows = [
+        {
+            "ID": i,
+            "NAME": SECRET if i == 8 else f"n{i}",
+            "REGION": "B" if i >= 10 else "A",
+            "__change_type": "R",
+            "partition": i % 2,
+        }
+        for i in range(1, 13)
+    ]
+    truncate = {"ID": 0, "__change_type": "T", "__truncate": None}
+    load = [{**r, "__change_time": T0 + 1} for r in (truncate, *rows)]
+    produce_transaction(bootstrap, topic, sample_schema(), load)
+    return sorted((r["ID"], r["NAME"], r["REGION"], "R") for r in rows)
+
+
+def _every_row_type(bootstrap: str, topic: str) -> list[tuple]:
+    """One transaction of U, D, X, P, I, A, B (key 6 moved to 60), a scoped T and G rows.
+
+    Returns the rows the table must then hold, by DESIGN's row types: P keeps the stored
+    payload, the TRUNCATE of region B deletes the older rows 10-12 but not 13 of its own
+    transaction, B deletes the old key of its moved UPDATE, G deletes 7 and 8.
+    """
+    changes = [
+        {"ID": 1, "NAME": "n1-u", "REGION": "A", "__change_type": "U"},
+        {"ID": 2, "NAME": "n2", "REGION": "A", "__change_type": "D"},
+        {"ID": 3, "__change_type": "X", "partition": 1},
+        {"ID": 4, "NAME": "p-image", "REGION": "A", "__change_type": "P"},
+        {"ID": 20, "NAME": "n20", "REGION": "A", "__change_type": "I"},
+        {"ID": 5, "NAME": "n5-a", "REGION": "A", "__change_type": "A", "partition": 1},
+        {"ID": 6, "NAME": "n6", "REGION": "A", "__change_type": "B", "__source_rowid": "r6"},
+        {"ID": 60, "NAME": "n6-m", "REGION": "A", "__change_type": "U", "__source_rowid": "r6"},
+        {"ID": 0, "__change_type": "T", "__truncate": {"REGION": "B"}},
+        {"ID": 13, "NAME": "n13", "REGION": "B", "__change_type": "I", "partition": 1},
+        {"ID": 7, "__change_type": "G", "partition": 1},
+        {"ID": 8, "__change_type": "G"},
+    ]
+    produce_transaction(
+        bootstrap, topic, sample_schema(), [{**c, "__change_time": T0 + 2} for c in changes]
+    )
+    return [
+        (1, "n1-u", "A", "U"),
+        (4, "n4", "A", "P"),
+        (5, "n5-a", "A", "A"),
+        (9, "n9", "A", "R"),
+        (13, "n13", "B", "I"),
+        (20, "n20", "A", "I"),
+        (60, "n6-m", "A", "U"),
+    ]
+
+
+def _holders(table: Path) -> list[str]:
+    """Parquet files under ``table`` (every version's data, Change Data Feed, checkpoints)
+    holding a GDPR-deleted row: its key in an ``ID`` column, or the name anywhere."""
+    found = []
+    for file in sorted(table.rglob("*.parquet")):
+        data = pq.read_table(file)
+        ids = set(data.column("ID").to_pylist()) if "ID" in data.column_names else set()
+        if ids & set(GDPR_KEYS) or SECRET in str(data.to_pylist()):
+            found.append(str(file.relative_to(table)))
+    return found
+
+
+def _current_holders(table: Path) -> list[str]:
+    """Current data files of the table holding a GDPR-deleted key (deletion vectors ignored)."""
+    return [
+        uri
+        for uri in DeltaTable(str(table)).file_uris()
+        if set(pq.read_table(uri.removeprefix("file://")).column("ID").to_pylist()) & set(GDPR_KEYS)
+    ]
+
+
+def test_every_row_type_with_a_gdpr_delete_then_maintain_leaves_no_file_with_the_row(
+    spark_cluster, kafka_bootstrap, new_topic, tmp_path
+):
+    topic, schemas = new_topic(partitions=2), new_topic(suffix="_schemas")
+    publish_schemas(kafka_bootstrap, topic, schemas, sample_schema())
+    lake, ckpt, log = tmp_path / "lake", tmp_path / "ckpt", tmp_path / "writer.log"
+    orders = lake / "SHOP" / "ORDERS"
+    where = ["--lakehouse", str(lake), "--checkpoint", str(ckpt)]
+    on_cluster = ["--master", spark_cluster.url, "--conf", "spark.sql.shuffle.partitions=2"]
+    writer = [str(Path(sys.executable).parent / "lakehouse-writer")]
+    run = [*writer, "run", *on_cluster, *where, "--once", "--topics", topic]
+    run += ["--bootstrap-servers", kafka_bootstrap]
+    # Spark's MERGE and purge, as tasks on the executors (not delta-rs in the driver)
+    env = submit_env(LAKEHOUSE_SCHEMAS_TOPIC=schemas, LAKEHOUSE_SMALL_MERGE_ROWS="0")
+
+    loaded = _initial_load(kafka_bootstrap, topic)
+    _run(run, env, log)
+    assert delta_rows(orders, COLUMNS) == loaded
+
+    expected = _every_row_type(kafka_bootstrap, topic)
+    _run(run, env, log)
+
+    assert delta_rows(orders, COLUMNS) == expected
+    assert not (lake / "_rejected").exists() or delta_rows(lake / "_rejected", ("error",)) == []
+    operations = [h["operation"] for h in DeltaTable(str(orders)).history()]
+    assert operations[:3] == ["SET TBLPROPERTIES", "OPTIMIZE", "MERGE"], operations  # newest 1st
+    assert _current_holders(orders) == []
+    assert _holders(orders), "no file held the rows before maintenance: the test proves nothing"
+
+    maintain = [*writer, "maintain", *on_cluster, *where, "--table", "SHOP.ORDERS"]
+    _run(maintain, {**env, "LAKEHOUSE_GDPR_COMPLETION_HOURS": "0"}, log)
+
+    assert _holders(orders) == []
+    assert delta_rows(orders, COLUMNS) == expected

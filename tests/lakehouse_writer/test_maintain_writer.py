@@ -60,7 +60,7 @@ def writer(kafka_bootstrap, new_topic, tmp_path, monkeypatch):
 def test_a_gdpr_delete_leaves_no_file_holding_the_row_after_maintenance(
     spark, writer, tmp_path, monkeypatch, small_merge_rows
 ):
-    # Spark's MERGE with deletion vectors then the REORG PURGE, or delta-rs's MERGE rewriting
+    # Spark's MERGE with deletion vectors then the purge's rewrite, or delta-rs's MERGE rewriting
     # files: either way the writer marks the batch (flow.gdpr_delete), and maintenance finds it.
     monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", small_merge_rows)
     produce, drain, table = writer
@@ -108,3 +108,26 @@ def test_a_maintenance_pass_between_two_writer_runs_keeps_every_row(spark, write
     after = {r.ID: r.NAME for r in frame.select("ID", "NAME").collect()}
     expected = {r[0]: r[1] for r in before if r[0] != 11} | {10: "renamed", 99: "n99"}
     assert after == expected
+
+
+def test_a_gdpr_purge_that_fails_rejects_its_rows_with_the_reason_and_the_run_goes_on(
+    spark, writer, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", "0")  # Spark's MERGE, which skips files
+    produce, drain, table = writer
+    produce([_row(i, "I", 1) for i in range(1, 4)])
+    drain()
+    produce([_row(i, "I", 2) for i in (100, 101)])
+    drain()
+    # the file of keys 100-101 is lost: the MERGE of key 2 skips it, the purge cannot read it
+    lost = [f for f in table.glob("*.parquet") if 100 in pq.read_table(f).column("ID").to_pylist()]
+    assert len(lost) == 1, lost
+    lost[0].unlink()
+    produce([_row(2, "G", 3)])
+
+    drain()  # ends 0: the table's batch failed, not the run
+
+    rejected = spark.read.format("delta").load(str(tmp_path / "lake" / "_rejected")).collect()
+    assert [r.table for r in rejected] == ["SHOP.ORDERS"]  # the G row, with why
+    assert "GDPR purge failed" in rejected[0].error, rejected[0].error
+    assert "does not exist" in rejected[0].error or "FileNotFound" in rejected[0].error

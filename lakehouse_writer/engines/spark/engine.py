@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer.commit.system_tables import rejected_rows
 from lakehouse_writer.engines.base import ApplyResult, Write
 from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.engines.spark.gdpr import purge_deleted_rows
 from lakehouse_writer.engines.table import apply_table
 from lakehouse_writer.read.summary import RowSummary, summarize_rows
 from lakehouse_writer.rules.dialect import SPARK
@@ -32,7 +33,7 @@ from lakehouse_writer.rules.sql import (
 )
 from lakehouse_writer.rules.truncate import Truncate
 from lakehouse_writer.tables.files import last_log_version
-from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, TableInfo, no_data_files
+from lakehouse_writer.tables.manager import TableInfo, no_data_files
 from producer_lib.schema import TECHNICAL_FIELDS
 
 if TYPE_CHECKING:
@@ -167,24 +168,16 @@ class SparkEngine:
         txn.append(data, table.path, write.app_id, write.version)
 
     def purge(self, table: TableInfo, batch_id: int) -> bool:
-        """Rewrite the files with deletion vectors; mark the table for maintenance.
+        """Rewrite the table so no current file keeps a deleted row; mark it for maintenance.
 
-        The mark (``flow.gdpr_delete`` = the batch) is how ``lakehouse-writer maintain``
-        finds GDPR deletes and vacuums their older files within
-        ``LAKEHOUSE_GDPR_COMPLETION_HOURS``; the rewrite alone commits nothing when no file
-        has a deletion vector.
+        :func:`~lakehouse_writer.engines.spark.gdpr.purge_deleted_rows`: the mark
+        (``flow.gdpr_delete``) is how ``lakehouse-writer maintain`` finds GDPR deletes and
+        vacuums their older files within ``LAKEHOUSE_GDPR_COMPLETION_HOURS``.
+
+        Raises:
+            GdprPurgeError: The rewrite failed (the table's rows are rejected with it).
         """
-        target = f"delta.{SPARK.quote(table.path)}"
-        self._spark.sql(f"REORG TABLE {target} APPLY (PURGE)")
-        self._spark.sql(
-            f"ALTER TABLE {target} SET TBLPROPERTIES ('{GDPR_DELETE_PROPERTY}' = '{batch_id}')"
-        )
-        log.info(
-            "gdpr purge table=%s path=%s batch=%d (older versions keep the rows until maintain)",
-            table.ref.qualified,
-            table.path,
-            batch_id,
-        )
+        purge_deleted_rows(self._spark, table, batch_id)
         return True
 
     def version(self, table: TableInfo) -> int:
