@@ -6,14 +6,14 @@ One table per variant, created by :class:`lakehouse_writer.tables.manager.TableM
 writer makes it (the ``bench/layout.py`` shape: key ``ID`` and three payload columns; Change Data
 Feed, deletion vectors), takes N micro-batches (default 500) of R rows (default 100: R/5
 updates of the previous batch's keys, the rest new keys) through the writer's own path,
-:func:`lakehouse_writer.engines.spark.apply.apply_batch`, in one ``local[2]`` session:
+:func:`lakehouse_writer.route.router.Router.apply`, in one ``local[2]`` session:
 
 - ``spark_auto``: Spark MERGEs, the table with ``delta.autoOptimize.autoCompact = true``
   (Delta's auto-compaction: after a commit that leaves enough small files, a compaction runs
   inside the same write, synchronously);
 - ``spark_off``: Spark MERGEs, no auto-compaction (the writer's default);
 - ``deltars``: the writer's small-batch path, delta-rs in the driver
-  (:class:`lakehouse_writer.engines.delta_rs.writes.SmallChanges`); Spark's auto-compaction cannot
+  (the delta-rs engine); Spark's auto-compaction cannot
   run there.
 
 Per variant: ``write_s`` (the N batches), batch seconds p50/p99/max, the compactions
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from layout import T0, decoded, schema  # noqa: E402  (bench/ is this script's directory)
 
 from bench.maintenance import scan_s  # noqa: E402
-from lakehouse_writer.engines.delta_rs.writes import SmallChanges  # noqa: E402
-from lakehouse_writer.engines.spark.apply import apply_batch  # noqa: E402
+from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites  # noqa: E402
+from lakehouse_writer.route.router import Router, TableRows  # noqa: E402
 from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.tables.maintain import maintain_tables  # noqa: E402
 from lakehouse_writer.tables.manager import TableInfo, TableManager  # noqa: E402
@@ -67,14 +67,15 @@ def batch_rows(spark: Any, n: int, rows: int) -> Any:
 
 
 def write(spark: Any, table: TableInfo, batches: int, rows: int, small: bool) -> list[float]:
-    """N batches through ``apply_batch``; each batch's seconds."""
-    merger = SmallChanges() if small else None
+    """N batches through the router (Spark's engine, or delta-rs's); each batch's seconds."""
+    router = Router(DeltaRsWrites() if small else DeltaRsWrites(0), table.path, 0, "bench")
     times = []
     for n in range(batches):
         started = time.perf_counter()
-        result = apply_batch(batch_rows(spark, n, rows), n, table, "bench", small=merger)
+        data = TableRows(table, batch_rows(spark, n, rows))
+        result = router.apply(data, n, (), spark, "delta-rs" if small else "spark")
         times.append(time.perf_counter() - started)
-        if small and not result.small:
+        if small and result.engine != "delta-rs":
             raise SystemExit(f"batch {n} did not take the delta-rs path")
         if n % 50 == 49:
             print(f"{table.ref.name}: {n + 1} batches", file=sys.stderr, flush=True)

@@ -41,10 +41,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakehouse_writer.session import build_spark_session  # noqa: E402
-
 from lakehouse_writer.engines.spark.gdpr import purge_deleted_rows  # noqa: E402
-from lakehouse_writer.ops.failure import root_cause  # noqa: E402
+from lakehouse_writer.runtime.failure import root_cause  # noqa: E402
+from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.tables.manager import TableManager  # noqa: E402
 from tests.support.writer import sample_schema  # noqa: E402
 

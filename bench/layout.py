@@ -17,7 +17,7 @@ the clustered one. ``--max-file-mb`` sets OPTIMIZE's largest file
 rows, ~140 MB, in one file, where no layout can skip a file).
 
 Each table then takes K rounds (default 3; best of K is reported) of two batches through the
-writer's own path (:func:`lakehouse_writer.engines.spark.apply.apply_batch`: the batch summary, the
+writer's own path (:func:`lakehouse_writer.engines.spark.engine.apply_batch`: the batch summary, the
 key-range condition of :mod:`lakehouse_writer.rules.merge`, Delta's MERGE), fresh rows each round
 (a later change time, other keys; the table is not restored, so each round merges into the
 previous round's result):
@@ -48,7 +48,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakehouse_writer.engines.spark.apply import apply_batch, conform  # noqa: E402
+from lakehouse_writer.engines.spark.engine import apply_batch  # noqa: E402
+from lakehouse_writer.engines.spark.engine import upserts as conform  # noqa: E402
 from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.tables.maintain import maintain_tables  # noqa: E402
 from lakehouse_writer.tables.manager import TableInfo, TableManager  # noqa: E402

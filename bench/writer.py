@@ -52,9 +52,11 @@ from confluent_kafka.admin import AdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack import broker  # noqa: E402
-from lakehouse_writer import apply, job, read  # noqa: E402
-from lakehouse_writer.ops.status import read_status  # noqa: E402
+from lakehouse_writer import job  # noqa: E402
+from lakehouse_writer.engines.spark.engine import SparkEngine  # noqa: E402
+from lakehouse_writer.read import decode as read  # noqa: E402
 from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
+from lakehouse_writer.runtime.status import read_status  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
 from lakehouse_writer.tables.manager import TableRef  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
@@ -426,20 +428,16 @@ def phases(
 def compare_merge(
     bootstrap: str, work: str, topic: str, spark: Any, schema: ValueSchema, rows: int, fast_s: float
 ) -> dict[str, Any]:
-    """(m): (a) on a fresh lakehouse with ``apply._is_empty`` (fast path test) always False."""
-    is_empty = getattr(apply, "_is_empty", None)
-    if is_empty is None:
-        return {
-            "merge_forced": "unavailable (lakehouse_writer.engines.spark.apply._is_empty is gone)"
-        }
-    apply._is_empty = lambda rows, table: False  # type: ignore[attr-defined]
+    """(m): (a) on a fresh lakehouse with the Spark engine's ``is_empty`` always False."""
+    is_empty = SparkEngine.is_empty
+    SparkEngine.is_empty = lambda self, table: False  # type: ignore[method-assign]
     try:
         settings = writer_settings(bootstrap, f"{work}/merged", topic).model_copy(
             update={"reload_one_pass_min_rows": 0}  # the MERGE, not the one-pass append
         )
         merged = phase_load(spark, settings, schema, rows, "merge_forced")
     finally:
-        apply._is_empty = is_empty  # type: ignore[attr-defined]
+        SparkEngine.is_empty = is_empty  # type: ignore[method-assign]
     return merged | {"fast_path_speedup": round(merged["merge_forced_s"] / fast_s, 2)}
 
 

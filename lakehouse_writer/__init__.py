@@ -10,23 +10,24 @@ Quickstart::
     run(spark, LakehouseSettings(lakehouse_path="/data/lake", checkpoint_path="/data/ckpt"),
         once=True)
 
-The data path: :mod:`~lakehouse_writer.read.decode` (Kafka → decoded rows) →
-:mod:`~lakehouse_writer.engines.spark.apply` (row types → Delta, :func:`apply_batch`) →
-:mod:`~lakehouse_writer.tables.manager` (create/evolve Delta tables); :mod:`~lakehouse_writer.job`
-runs the query; :mod:`~lakehouse_writer.commit.system_tables` keeps ``_rejected``,
-``_execution_log`` and ``_lineage``, :mod:`~lakehouse_writer.commit.commits` the ``_commits`` rows
-(held back until every row of a commit is applied), :mod:`~lakehouse_writer.commit.state` the
-writer's progress (``_writer_state``: what a restart must not forget).
+The folders follow a batch (:mod:`~lakehouse_writer.batch` is its page): ``read/`` (Kafka →
+decoded rows) → ``route/`` (which engine applies a table) → ``engines/`` (Spark's Delta, and
+delta-rs in the driver, following one set of rules: ``rules/``) → ``tables/`` (create, evolve,
+maintain) → ``commit/`` (exactly once: the state, ``_commits``, the system tables); ``ops/``
+is what an operator sees, ``runtime/`` where the writer runs. :mod:`~lakehouse_writer.job`
+starts the query; :func:`apply_batch` applies a table's decoded rows with Spark.
 """
 
-from lakehouse_writer.engines.spark.apply import ApplyResult, apply_batch
+from lakehouse_writer.batch import BatchProcessor
+from lakehouse_writer.engines.base import ApplyResult
+from lakehouse_writer.engines.spark.engine import apply_batch
 from lakehouse_writer.errors import (
     ApplyError,
     DecodeError,
     LakehouseWriterError,
     SchemaEvolutionError,
 )
-from lakehouse_writer.job import BatchProcessor, run
+from lakehouse_writer.job import run
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.tables.manager import TableInfo, TableManager, TableRef
 from producer_lib._version import installed_version

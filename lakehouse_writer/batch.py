@@ -38,8 +38,6 @@ from lakehouse_writer.commit.truncate_log import TruncateLog
 from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
 from lakehouse_writer.engines.spark.reload import ReloadBet
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.ops.failure import Failure, secrets_of
-from lakehouse_writer.ops.status import BatchStats, write_status
 from lakehouse_writer.read.catalog import RegistryLookups, SchemaCatalog
 from lakehouse_writer.read.decode import source_options
 from lakehouse_writer.read.driver_read import DriverRead
@@ -51,6 +49,8 @@ from lakehouse_writer.route.ahead import Ahead
 from lakehouse_writer.route.driver_tables import DriverTables
 from lakehouse_writer.route.router import Router
 from lakehouse_writer.route.tables_step import Applied, TablesStep
+from lakehouse_writer.runtime.failure import Failure, secrets_of
+from lakehouse_writer.runtime.status import BatchStats, write_status
 from lakehouse_writer.tables.manager import TableManager
 from lakehouse_writer.tables.scheduled import ScheduledMaintenance
 from producer_lib.timing import Steps

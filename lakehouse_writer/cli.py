@@ -280,9 +280,9 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     """
     from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
-    from lakehouse_writer.ops.failure import keep_traces_off_stderr, report_failure
-    from lakehouse_writer.ops.probe import probe_kafka
     from lakehouse_writer.ops.watch import watching
+    from lakehouse_writer.runtime.failure import keep_traces_off_stderr, report_failure
+    from lakehouse_writer.runtime.probe import probe_kafka
     from lakehouse_writer.runtime.session import refuse_spark_connect
     from lakehouse_writer.runtime.storage import is_local
 

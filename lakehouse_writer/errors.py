@@ -19,6 +19,8 @@ from producer_lib.errors import ContextError, Transient
 
 __all__ = [
     "ApplyError",
+    "CheckpointInUse",
+    "CheckpointMismatch",
     "DecodeError",
     "KafkaRefused",
     "KafkaUnreachable",
@@ -89,3 +91,15 @@ class WriterFailed(LakehouseWriterError):
 
     The status file says ``failed`` with the same cause by the time this is raised.
     """
+
+
+class CheckpointMismatch(LakehouseWriterError):
+    """The checkpoint and the lakehouse do not belong together; nothing was read or written.
+
+    The lakehouse holds progress of another writer instance on topics this one reads, or the
+    checkpoint has applied batches to a lakehouse that holds none of them.
+    """
+
+
+class CheckpointInUse(CheckpointMismatch):
+    """Another writer started with the same new checkpoint at the same moment, and won."""

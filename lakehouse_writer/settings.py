@@ -58,10 +58,10 @@ class LakehouseSettings(EnvSettings):
             looks like a reload into an empty table is written in the pass that reads it
             (:mod:`lakehouse_writer.engines.spark.reload`; ``LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS``);
             0: never.
-        small_merge_rows: A table's batch of at most this many rows is merged by delta-rs in
-            the driver, not by a Spark MERGE (:mod:`lakehouse_writer.engines.delta_rs.writes`;
+        small_merge_rows: A table's batch of at most this many rows is applied by delta-rs in
+            the driver, not by Spark (:mod:`lakehouse_writer.route.router`;
             ``LAKEHOUSE_SMALL_MERGE_ROWS``), and, where its rows allow, decoded there too
-            (:mod:`lakehouse_writer.engines.delta_rs.small_tables`); also the most rows the driver
+            (:mod:`lakehouse_writer.route.driver_tables`); also the most rows the driver
             holds at once for that. 0: never.
         driver_read_rows: A batch of at most this many messages, none of whose topics has
             more than ``small_merge_rows``, is read into the driver whole by a Kafka
@@ -205,8 +205,8 @@ class LakehouseSettings(EnvSettings):
         self._kafka = kafka or KafkaSettings(
             bootstrap_servers=self.kafka_bootstrap_servers, **kafka_values
         )
-        registry = {"url": self.schema_registry_url} if self.schema_registry_url else {}
-        self._registry = SchemaRegistrySettings(**registry)
+        url = self.schema_registry_url
+        self._registry = SchemaRegistrySettings(url=url) if url else SchemaRegistrySettings()
 
     @property
     def kafka(self) -> KafkaSettings:

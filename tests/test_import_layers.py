@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("producer_lib", "lakehouse_writer")
 
@@ -93,12 +91,57 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     assert cycles(graph) == []
 
 
-@pytest.mark.parametrize(
-    "module", ["read.scan", "read.decode", "engines.spark.reload", "read.summary", "read.framing"]
+# The writer's packages in the order a batch meets them, the ground they stand on first. A module
+# may import its own package and those before it, never one after: reading knows nothing of how
+# rows are applied, an engine nothing of how its result is committed or routed.
+WRITER_LAYERS = (
+    "errors",
+    "runtime",  # Spark session, storage, jars, the status file, the failure report
+    "tables",  # the Delta tables: naming, creation, maintenance
+    "settings",
+    "rules",  # the row-type rules as SQL, one text for every engine
+    "read",  # Kafka to decoded rows, per table
+    "engines",  # a table's rows into its Delta table: Spark, delta-rs
+    "commit",  # the batch's own records: state, commits, rejected rows, checkpoint guard
+    "route",  # which engine and read path takes which table
+    "batch",
+    "job",
+    "ops",  # what operators run beside the job: status page, watch, admin
+    "cli",
+    "__main__",
 )
-def test_the_writer_reads_and_decodes_without_the_apply_step(module: str) -> None:
-    """Reading and decoding come before applying: they never import ``apply``'s internals."""
-    imported = import_graph()[f"lakehouse_writer.{module}"]
-    apply = "lakehouse_writer.engines.spark.apply"
-    allowed = {apply} if module == "engines.spark.reload" else set()  # it applies too
-    assert imported & {apply} <= allowed
+
+
+def _writer_layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "lakehouse_writer" or len(parts) == 1:
+        return None  # the package's __init__ re-exports from every layer
+    return WRITER_LAYERS.index(parts[1])
+
+
+def test_every_writer_module_has_a_layer() -> None:
+    writer = [m for m in import_graph() if m.startswith("lakehouse_writer.")]
+    assert {m.split(".")[1] for m in writer} <= set(WRITER_LAYERS)
+
+
+def test_the_writer_imports_only_along_the_way_a_batch_travels() -> None:
+    """No writer module imports one of a later layer (``WRITER_LAYERS``)."""
+    backward = []
+    for module, imported in sorted(import_graph().items()):
+        here = _writer_layer(module)
+        if here is None:
+            continue
+        for other in sorted(imported):
+            there = _writer_layer(other)
+            if there is not None and there > here:
+                backward.append(f"{module} -> {other}")
+    assert backward == []
+
+
+def test_the_layer_check_sees_a_backward_import() -> None:
+    assert _writer_layer("lakehouse_writer.read.scan") < _writer_layer(
+        "lakehouse_writer.engines.spark.engine"
+    )
+    assert _writer_layer("lakehouse_writer.commit.state") > _writer_layer(
+        "lakehouse_writer.engines.ids"
+    )

@@ -34,15 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.errors import CheckpointInUse, CheckpointMismatch
 from lakehouse_writer.tables.files import list_names
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "CheckpointInUse",
-    "CheckpointMismatch",
     "ForeignProgress",
     "check_checkpoint",
     "check_lakehouse",
@@ -57,18 +55,6 @@ _STATE = (
     "_writer_state"  # lakehouse_writer.commit.state.STATE; not imported: state.py imports Spark
 )
 _SHOWN = 2  # topic partitions named in the message
-
-
-class CheckpointMismatch(LakehouseWriterError):
-    """The checkpoint and the lakehouse do not belong together; nothing was read or written.
-
-    The lakehouse holds progress of another writer instance on topics this one reads, or the
-    checkpoint has applied batches to a lakehouse that holds none of them.
-    """
-
-
-class CheckpointInUse(CheckpointMismatch):
-    """Another writer started with the same new checkpoint at the same moment, and won."""
 
 
 def concurrent_start(cause: str, checkpoint: str) -> CheckpointInUse | None:

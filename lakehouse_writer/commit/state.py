@@ -12,7 +12,7 @@ What a restart must not forget is appended once per micro-batch, as the batch's 
   ``lakehouse-writer resume-table <namespace>.<name>`` while the writer is down
   (:mod:`lakehouse_writer.commit.stopped`);
 - ``truncate``: a TRUNCATE applied to a table (``record``: its time and scope as JSON), read
-  by :class:`~lakehouse_writer.rules.truncate.TruncateLog` of every writer instance. Compaction
+  by :class:`~lakehouse_writer.commit.truncate_log.TruncateLog` of every writer instance. Compaction
   keeps these rows (one per TRUNCATE applied; the log, when loaded, leaves out those a later
   whole-table TRUNCATE of their table makes moot);
 - ``held``: a partition's offsets held back for the next batch (``offset``: the first,
@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.commit import ids
-from lakehouse_writer.commit.commits import CommitRecord
-from lakehouse_writer.commit.system_tables import DeltaRsAppend, arrow_rows, local_frame, read_rows
+from lakehouse_writer.commit.system_tables import DeltaRsAppend, read_rows
+from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.read.commits import CommitRecord
 from lakehouse_writer.read.ranges import OffsetRanges, held_record, held_until
+from lakehouse_writer.runtime.frames import arrow_rows, ddl_struct, local_frame
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -81,7 +82,7 @@ class BatchChanges:
         done: Ids of earlier pending commits written to ``_commits`` now.
         stopped: Tables stopped in this batch, with their error.
         truncates: TRUNCATEs applied in this batch: (table, ``record`` JSON) pairs
-            (:meth:`~lakehouse_writer.rules.truncate.TruncateLog.record`).
+            (:meth:`~lakehouse_writer.commit.truncate_log.TruncateLog.record`).
         held: Offsets held back for the next batch, ``[from, until)`` per partition.
         awaits: Where the next batch reads commit records from, per ``_commits`` partition.
     """
@@ -230,12 +231,11 @@ class StateStore:
         starts and while a batch's scan job runs.
         """
         from delta.tables import DeltaTable
-        from pyspark.sql.types import StructType
 
         if self._exists or DeltaTable.isDeltaTable(self._spark, self._path):
             self._exists = True
             return False
-        schema = StructType.fromDDL(STATE_SCHEMA).add("written_at", "timestamp")  # as _frame
+        schema = ddl_struct(STATE_SCHEMA).add("written_at", "timestamp")  # as _frame
         DeltaTable.createIfNotExists(self._spark).location(self._path).addColumns(schema).execute()
         self._exists = True
         return True

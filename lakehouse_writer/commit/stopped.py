@@ -17,10 +17,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.commit.ids import INSTANCE_FILE  # read here, never created
 from lakehouse_writer.commit.state import STATE
+from lakehouse_writer.engines.ids import INSTANCE_FILE  # read here, never created
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.ops.status import HEARTBEAT_S, forget_stopped, read_status, status_age_s
+from lakehouse_writer.runtime.status import HEARTBEAT_S, forget_stopped, read_status, status_age_s
 from lakehouse_writer.runtime.storage import CheckpointFiles, is_local, local_path
 
 if TYPE_CHECKING:

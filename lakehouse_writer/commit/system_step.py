@@ -16,26 +16,24 @@ from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.commit.commits import (
+from lakehouse_writer.commit.state import BatchChanges, WriterState
+from lakehouse_writer.commit.system_tables import (
+    DeltaRsAppend,
+    append_system,
+    log_rows,
+    system_txn,
+)
+from lakehouse_writer.engines.spark.conflicts import retry_on_conflict
+from lakehouse_writer.read.commits import (
     COMMIT_ROW_SCHEMA,
     BadCommitRecord,
     CommitRecord,
     commit_frame,
     commit_rows,
 )
-from lakehouse_writer.commit.state import BatchChanges, WriterState
-from lakehouse_writer.commit.system_tables import (
-    REJECTED,
-    DeltaRsAppend,
-    append_system,
-    arrow_rows,
-    local_frame,
-    log_rows,
-    rejected_rows,
-    system_txn,
-)
-from lakehouse_writer.engines.spark.conflicts import retry_on_conflict
 from lakehouse_writer.read.decode import with_raw_bytes
+from lakehouse_writer.read.rejected import REJECTED, rejected_rows
+from lakehouse_writer.runtime.frames import arrow_rows, local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -4,80 +4,25 @@
 (topic, partition, offset), its raw key and value bytes, the table it was meant for (when
 known) and the error. ``_execution_log`` and ``_lineage`` hold the records of the system topics
 of the same names, parsed (``docs/WIRE.md``); ``_commits`` rows are built by
-:mod:`lakehouse_writer.commit.commits`. All are append-only Delta tables at ``<lakehouse>/<name>``,
+:mod:`lakehouse_writer.read.commits`. All are append-only Delta tables at ``<lakehouse>/<name>``,
 written idempotently per batch.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.commit import ids
+from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.spark import txn
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-REJECTED = "_rejected"
-REJECTED_COLUMNS = ("topic", "partition", "offset", "key", "value", "table", "error")
-
-
-def rejected_rows(df: DataFrame, error: Column | str, table: str | None) -> DataFrame:
-    """Rows of ``df`` in the ``_rejected`` layout, with ``error`` as the reason.
-
-    ``df`` needs ``topic``, ``partition``, ``offset``; raw bytes come from ``__raw_key`` /
-    ``__raw_value`` (or ``key``/``value``) when present.
-    """
-    from pyspark.sql import functions as F
-
-    def raw(*names: str) -> Column:
-        for name in names:
-            if name in df.columns:
-                return F.col(name).cast("binary")
-        return F.lit(None).cast("binary")
-
-    return df.select(
-        F.col("topic").cast("string").alias("topic"),
-        F.col("partition").cast("int").alias("partition"),
-        F.col("offset").cast("long").alias("offset"),
-        raw("__raw_key", "key").alias("key"),
-        raw("__raw_value", "value").alias("value"),
-        F.lit(table).cast("string").alias("table"),
-        (F.lit(error) if isinstance(error, str) else error).cast("string").alias("error"),
-    )
-
-
-def local_frame(spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: str) -> DataFrame:
-    """A small DataFrame of Python ``rows`` in ``schema`` (a DDL string), built through Arrow.
-
-    ``spark.createDataFrame(rows, schema)`` hands a list of rows to a Python worker process to
-    convert: 0.2-0.3 s a call on this machine, even for three rows. From a pyarrow table it
-    takes about 0.02 s. Every batch appends a few such rows (``_writer_state``, and
-    ``_commits`` when it has some), so that is time off every batch.
-    """
-    from pyspark.sql.types import StructType
-
-    return spark.createDataFrame(arrow_rows(rows, schema), StructType.fromDDL(schema))
-
-
-def arrow_rows(rows: Sequence[tuple[Any, ...]], schema: str) -> pa.Table:
-    """Python ``rows`` as a pyarrow table in ``schema`` (a DDL string), Spark's Arrow types."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
-    arrow = to_arrow_schema(StructType.fromDDL(schema))
-    columns = list(zip(*rows, strict=True)) or [() for _ in arrow]
-    return pa.table(
-        [pa.array(list(c), type=f.type) for c, f in zip(columns, arrow, strict=True)], schema=arrow
-    )
 
 
 _FEATURES_WRITER = 7  # the writer version that names its features

@@ -17,7 +17,7 @@ rows (payload columns as the table names them, the technical fields, ``topic``/`
 5. GDPR deletes (``G``): the table is purged, so no current data file holds their rows.
 
 An append-only table appends its upserts and applies its TRUNCATEs. Each write's
-``txnVersion`` is the batch's for that step (:mod:`lakehouse_writer.commit.ids`): replaying
+``txnVersion`` is the batch's for that step (:mod:`lakehouse_writer.engines.ids`): replaying
 the batch, on either engine, writes nothing twice.
 """
 
@@ -27,7 +27,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lakehouse_writer.commit import ids
+from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.base import ApplyResult, Engine, Write
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE, DELETES, GDPR, KNOWN, UPSERTS

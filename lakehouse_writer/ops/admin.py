@@ -1,6 +1,6 @@
 """``lakehouse-writer status`` and ``lakehouse-writer resume-table``: an operator's commands.
 
-``status`` prints the status file of the checkpoint (:mod:`lakehouse_writer.ops.status`) and the
+``status`` prints the status file of the checkpoint (:mod:`lakehouse_writer.runtime.status`) and the
 tables stopped for its writer instance in ``_writer_state`` (:mod:`lakehouse_writer.commit.stopped`;
 the status file's own list when the lakehouse has no state yet), and exits 0 when the writer
 is healthy, 1 when it failed, went silent while ``running``, or a table is stopped, 3 when
@@ -18,14 +18,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.commit.stopped import StateTable, instance_of, resume_table
-from lakehouse_writer.ops.status import (
+from lakehouse_writer.ops.watch import monitor_group_of
+from lakehouse_writer.runtime.status import (
     HEARTBEAT_S,
     STATUS_FILE,
     StatusUnreadable,
     read_status,
     status_age_s,
 )
-from lakehouse_writer.ops.watch import monitor_group_of
 from lakehouse_writer.runtime.storage import is_local
 
 if TYPE_CHECKING:

@@ -2,8 +2,8 @@
 
 A topic keeps a row for its ``retention.ms`` (producer_lib creates change topics with 7 days).
 A writer that stays down or falls behind for longer loses nothing silently — the next batch
-stops with a data gap naming the offsets (:mod:`lakehouse_writer.ops.data_loss`) — but by then the
-rows are gone. :class:`ExpiryWatch` warns while there is still time: after a batch (at most
+stops with a data gap naming the offsets (:mod:`lakehouse_writer.runtime.data_loss`) — but by
+then the rows are gone. :class:`ExpiryWatch` warns while there is still time: after a batch (at most
 once a minute), for each topic partition the writer reads, it asks Kafka for the first offset
 written after ``now - retention.ms x warn_fraction``; when the writer's next offset is before
 it, the writer's oldest unread row has used up more than that share of its retention, and a
@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
-from lakehouse_writer.ops.status import BatchStats, Partition, end_offsets
+from lakehouse_writer.runtime.status import BatchStats, Partition, end_offsets
 
 __all__ = ["Behind", "ExpiryWatch"]
 

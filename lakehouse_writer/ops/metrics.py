@@ -1,7 +1,7 @@
 """The writer's metrics in Prometheus text, served on ``LAKEHOUSE_METRICS_PORT`` (off by default).
 
 :class:`WriterMetrics` watches the writer in-process (a
-:class:`~lakehouse_writer.ops.status.StatusObserver`: every status written, every query progress
+:class:`~lakehouse_writer.runtime.status.StatusObserver`: every status written, every query progress
 recorded) and renders what it saw; :class:`MetricsServer` serves that text at ``/metrics``
 with the standard library's HTTP server, on a thread of its own. The names:
 
@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, get_args
 
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.ops.status import BatchStats, Partition, WriterRunState, partition_lag
+from lakehouse_writer.runtime.status import BatchStats, Partition, WriterRunState, partition_lag
 from producer_lib.prometheus import CONTENT_TYPE, Sample, family, summary
 
 __all__ = ["CONTENT_TYPE", "MetricsServer", "MetricsUnavailable", "WriterMetrics"]

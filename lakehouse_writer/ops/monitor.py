@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from lakehouse_writer.ops.status import BatchStats, Partition, end_offsets
+from lakehouse_writer.runtime.status import BatchStats, Partition, end_offsets
 
 __all__ = ["GROUP_PREFIX", "MonitorGroup", "default_group"]
 

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.commit import ids
+from lakehouse_writer.engines import ids
 from lakehouse_writer.ops.expiry import ExpiryWatch
 from lakehouse_writer.ops.metrics import MetricsServer, WriterMetrics
 from lakehouse_writer.ops.monitor import MonitorGroup, default_group
-from lakehouse_writer.ops.status import StatusObserver, observed
+from lakehouse_writer.runtime.status import StatusObserver, observed
 
 if TYPE_CHECKING:
     from lakehouse_writer.settings import LakehouseSettings

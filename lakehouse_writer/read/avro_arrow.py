@@ -2,7 +2,7 @@
 
 fastavro decodes one record at a time into Python objects: 100,000 lineitem rows take about
 1.8 s, and the driver's path for a table's batch
-(:mod:`lakehouse_writer.engines.delta_rs.small_tables`) spent most of its time there
+(:mod:`lakehouse_writer.route.driver_tables`) spent most of its time there
 (``docs/PERFORMANCE.md``). DuckDB's ``avro`` extension (the offline wheel ``duckdb-extension-avro``)
 decodes an Avro object container file straight into columns, about six times faster.
 :class:`ArrowDecoder` wraps the bodies of Kafka messages (without their single-object header) into

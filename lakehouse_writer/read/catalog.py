@@ -319,11 +319,13 @@ class SchemaCatalog:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            error, offset = msg.error(), msg.offset()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     break
-                raise DecodeError(f"cannot read the schema catalog: {msg.error()}", topic=topic)
-            self._next_offset[topic] = msg.offset() + 1
+                raise DecodeError(f"cannot read the schema catalog: {error}", topic=topic)
+            assert offset is not None  # a message, not an event
+            self._next_offset[topic] = offset + 1
             self._add(msg, into)
 
     def _add(self, msg: Message, into: dict[str, CatalogEntry]) -> None:

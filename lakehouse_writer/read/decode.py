@@ -26,7 +26,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.commit.system_tables import rejected_rows
 from lakehouse_writer.errors import LakehouseWriterError, TableError
 from lakehouse_writer.read.catalog import CatalogEntry, SchemaCatalog
 from lakehouse_writer.read.framing import (
@@ -37,6 +36,7 @@ from lakehouse_writer.read.framing import (
     header_tag,
 )
 from lakehouse_writer.read.keys import KeySchemaRef, candidates, with_key_check
+from lakehouse_writer.read.rejected import rejected_rows
 from lakehouse_writer.read.summary import RowSummary, summary_aggregates
 from lakehouse_writer.tables.manager import TableInfo, TableManager, TableRef
 from producer_lib.errors import SchemaError
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame
 
-    from lakehouse_writer.route.parallel import TableApplier
+    from lakehouse_writer.runtime.parallel import TableApplier
     from lakehouse_writer.settings import LakehouseSettings
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class DecodedBatch:
             them once the batch is written.
         summaries: Per table: counts per change type and key range of its decoded rows,
             from the pass that decodes them (for
-            :func:`~lakehouse_writer.engines.spark.apply.apply_batch`).
+            :func:`~lakehouse_writer.engines.table.apply_table`).
         schemas: The writer schemas the batch held, by header (the next batch expects them).
         keys: By header of ``schemas``: the key writer schemas of its topic in the catalog
             (:meth:`~lakehouse_writer.read.catalog.SchemaCatalog.key_schemas`), for the next

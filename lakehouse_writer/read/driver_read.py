@@ -1,7 +1,7 @@
 """A batch the driver applies whole, read by a Kafka consumer in the driver: no Spark job.
 
 A micro-batch of at most ``max_rows`` messages is applied in the driver
-(:meth:`~lakehouse_writer.engines.delta_rs.small_tables.SmallTables.takes_batch`). Reading it
+(:meth:`~lakehouse_writer.route.router.Router.reads_whole`). Reading it
 through Spark cost a job: its tasks start Kafka consumers, and the rows cross from the JVM into
 Arrow. A librdkafka consumer in the driver reads the same offset ranges in a fraction of that time
 (figures in ``docs/PERFORMANCE.md``): :class:`DriverRead` reads exactly the ranges the batch's
@@ -17,7 +17,7 @@ the Kafka source's guarantees:
   so does a read that stops moving (no row and no position change for ``stall_s``), and one
   whose consumer fails (it is made again for the next batch). Given up, the batch is read
   by Spark's job as before, whose ``failOnDataLoss`` fails it with the message
-  :mod:`lakehouse_writer.ops.data_loss` turns into one line.
+  :mod:`lakehouse_writer.runtime.data_loss` turns into one line.
 
 The rows come as the Arrow table :func:`~lakehouse_writer.read.scan.collect` counts: ``topic``,
 ``partition``, ``offset``, the header, ``key`` and ``value``, the same columns and types as

@@ -84,7 +84,7 @@ def avro_struct(body: Column, schema_json: str) -> Column:
     PySpark's ``from_avro`` passes its options as a ``CreateMap`` expression, which every
     copy of the expression evaluates through one shared, unsynchronized map builder: two
     threads planning queries over the same decoded rows at once (the tables of a batch,
-    :mod:`lakehouse_writer.route.parallel`) failed with ``DUPLICATED_MAP_KEY``. Here the options
+    :mod:`lakehouse_writer.runtime.parallel`) failed with ``DUPLICATED_MAP_KEY``. Here the options
     are a map literal, evaluated without a builder. Where Spark's classes differ, PySpark's
     ``from_avro``.
     """

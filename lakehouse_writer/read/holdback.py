@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from lakehouse_writer.commit.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.read.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.read.ranges import OffsetRanges, offset_ranges, range_read
 
 if TYPE_CHECKING:

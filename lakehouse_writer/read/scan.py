@@ -133,12 +133,12 @@ class BatchScan:
     def rows_of(self, headers: Collection[bytes]) -> pa.Table:
         """The data rows with one of ``headers``, each header's rows together, in batch order.
 
-        Columns ``partition``, ``offset``, ``key``, ``value`` and ``HEADER``; one Spark job
-        for a batch scanned by Spark, none for a batch in the driver.
+        Columns ``topic``, ``partition``, ``offset``, ``key``, ``value`` and ``HEADER``; one
+        Spark job for a batch scanned by Spark, none for a batch in the driver.
         """
         from pyspark.sql import functions as F
 
-        columns = ["partition", "offset", "key", "value", HEADER]
+        columns = ["topic", "partition", "offset", "key", "value", HEADER]
         if self.raw is not None:
             data = _where(self.raw, "topic", self.system, keep=False)
             found = _where(data, HEADER, headers).select(columns)
@@ -183,7 +183,7 @@ def _where(table: pa.Table, column: str, values: Collection[Any], keep: bool = T
 def collect(df: DataFrame, system_topics: Iterable[str], raw: pa.Table | None = None) -> BatchScan:
     """Read a small batch into the driver (one Spark job, or ``raw``): no cache, no decode.
 
-    For a batch the driver applies whole (:mod:`lakehouse_writer.engines.delta_rs.small_tables`):
+    For a batch the driver applies whole (:mod:`lakehouse_writer.route.driver_tables`):
     the scan's job and cache, then a second job to collect the small tables' rows, cost more than
     the rows (``docs/PERFORMANCE.md``). What :func:`scan` finds by an aggregate is counted here
     from the rows; a step that needs rows in Spark after all (a table left to Spark's path,
@@ -350,7 +350,8 @@ def _aggregate(frame: DataFrame, expected: list[Expected]) -> list[Any]:
         ]
     if not expected:
         aggregates.append(F.count(F.lit(1)).alias("n"))
-    by = ["topic", "partition", HEADER, _change_type(len(expected)).alias("change")]
+    by: list[Column | str] = ["topic", "partition", HEADER]
+    by.append(_change_type(len(expected)).alias("change"))
     return frame.groupBy(*by).agg(*aggregates).collect()
 
 

@@ -3,7 +3,7 @@
 The batch's scan (:mod:`lakehouse_writer.read.scan`), its decode
 (:mod:`lakehouse_writer.read.decode`) and the reload (:mod:`lakehouse_writer.engines.spark.reload`)
 compute it on the way, in the job that reads the rows;
-:func:`~lakehouse_writer.engines.spark.apply.apply_batch` uses it to choose its steps (the TRUNCATEs
+:func:`~lakehouse_writer.engines.table.apply_table` uses it to choose its steps (the TRUNCATEs
 to apply, the MERGE's key range, the fast append) without a job of its own.
 """
 

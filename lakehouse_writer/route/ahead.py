@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.ops.failure import root_cause
 from lakehouse_writer.read.scan import Expected, ExpectedSchemas
 from lakehouse_writer.read.topics import TopicPattern
+from lakehouse_writer.runtime.failure import root_cause
 from lakehouse_writer.tables.manager import TableManager, TableRef, compute_state
 from producer_lib.errors import SchemaError
 from producer_lib.schema.framing import single_object_header

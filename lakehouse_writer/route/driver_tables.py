@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from lakehouse_writer.commit.truncate_log import TruncateLog
     from lakehouse_writer.read.catalog import SchemaCatalog
-    from lakehouse_writer.route.parallel import Outcome, TableApplier
+    from lakehouse_writer.runtime.parallel import Outcome, TableApplier
     from lakehouse_writer.tables.manager import TableManager
 
 __all__ = ["DriverTables", "Taken"]
@@ -215,7 +215,7 @@ class DriverTables:
         return applier.map(one, [t for t in chunk if t.header in raw])
 
     def _apply_one(
-        self, table: _Table, raw: RawRows, batch_id: int, session: object
+        self, table: _Table, raw: RawRows, batch_id: int, session: SparkSession
     ) -> ApplyResult:
         """Decode and apply one table's rows; :class:`NotDecoded` or :class:`Declined`: Spark's."""
         data = self._decoder.decode(

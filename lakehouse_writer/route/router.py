@@ -36,8 +36,8 @@ from lakehouse_writer.engines.spark.conflicts import retry_on_conflict
 from lakehouse_writer.engines.spark.engine import SparkEngine
 from lakehouse_writer.engines.table import apply_table
 from lakehouse_writer.read.ranges import OffsetRanges, messages_per_topic
-from lakehouse_writer.route.parallel import on_session
 from lakehouse_writer.rules.row_types import GDPR, KNOWN, UPSERTS
+from lakehouse_writer.runtime.parallel import on_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -5,7 +5,7 @@ decoded and applied there first (:class:`~lakehouse_writer.route.driver_tables.D
 Spark decodes the rows of the others (:func:`~lakehouse_writer.read.decode.decode_batch`:
 tables created or evolved, schema errors stop their table); each of those tables is then
 applied by the engine the router chooses (:meth:`~lakehouse_writer.route.router.Router.apply`),
-several tables at once (:class:`~lakehouse_writer.route.parallel.TableApplier`). A reload
+several tables at once (:class:`~lakehouse_writer.runtime.parallel.TableApplier`). A reload
 written in the pass that read it (:mod:`lakehouse_writer.engines.spark.reload`) is committed
 here, or its rows are applied the normal way.
 """
@@ -16,14 +16,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakehouse_writer.commit.system_tables import rejected_rows
 from lakehouse_writer.engines.base import ApplyResult
 from lakehouse_writer.engines.spark.reload import ReloadBet
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.read.decode import DecodedBatch, decode_batch
+from lakehouse_writer.read.rejected import rejected_rows
 from lakehouse_writer.route.driver_tables import DriverTables
-from lakehouse_writer.route.parallel import Outcome, TableApplier, on_session
 from lakehouse_writer.route.router import Router, TableRows
+from lakehouse_writer.runtime.parallel import Outcome, TableApplier, on_session
 from producer_lib.timing import Steps
 
 if TYPE_CHECKING:

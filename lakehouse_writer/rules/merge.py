@@ -1,6 +1,6 @@
 """The MERGE that applies a batch's last row per key to a table, as SQL for either engine.
 
-:func:`lakehouse_writer.engines.spark.apply.latest_per_key` leaves one source row per key with an
+:func:`lakehouse_writer.rules.sql.merge_source` leaves one source row per key with an
 ``__action`` (``upsert``, ``delete``, ``archive`` or an archive folded with the upsert or
 delete before it, whose ``__change_time`` it keeps in ``__base_time``). The MERGE then, over
 the stored row of the same key:

@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
     from pyspark.sql.types import DataType
 
 CHANGE_TIME = "__change_time"
@@ -57,33 +55,18 @@ def _order(item: tuple[int, tuple[tuple[str, str | None], ...]]) -> tuple:
     return time_us, tuple((k, v is None, v or "") for k, v in scope)
 
 
+class AppliedTruncates(Protocol):
+    """The TRUNCATEs already applied, per table (kept by the commit step's ``TruncateLog``)."""
+
+    def of(self, table: str) -> Sequence[Truncate]:
+        """The TRUNCATEs applied to ``table`` so far, oldest first."""
+        ...
+
+
 def unknown_columns(truncate: Truncate, columns: Mapping[str, DataType]) -> list[str]:
     """Scope columns the table does not have (names match case-insensitively, as Delta's)."""
     folded = {name.casefold() for name in columns}
     return [name for name in truncate.scope if name.casefold() not in folded]
-
-
-def truncated(truncates: Sequence[Truncate], columns: Mapping[str, DataType]) -> Column:
-    """Condition true for rows that one of ``truncates`` deletes (false when none)."""
-    from pyspark.sql import functions as F
-
-    conditions = [_one(t, columns) for t in truncates]
-    return reduce(lambda a, b: a | b, conditions, F.lit(False))
-
-
-def _one(truncate: Truncate, columns: Mapping[str, DataType]) -> Column:
-    from pyspark.sql import functions as F
-
-    condition = F.col(CHANGE_TIME) < F.timestamp_micros(F.lit(truncate.time_us))
-    folded = {name.casefold(): dtype for name, dtype in columns.items()}
-    for name, text in truncate.scope.items():
-        column = F.col(f"`{name.replace('`', '``')}`")
-        if text is None:
-            condition = condition & column.isNull()
-        else:
-            dtype = folded[name.casefold()]
-            condition = condition & column.eqNullSafe(F.lit(text).cast(dtype))
-    return condition
 
 
 def compact(truncates: Sequence[Truncate]) -> list[Truncate]:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from lakehouse_writer.route.parallel import TableApplier
+    from lakehouse_writer.runtime.parallel import TableApplier
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ def jvm_delta_log(spark: SparkSession, path: str) -> Any:
     Raises:
         py4j.protocol.Py4JError: The class is not there (another Delta distribution).
     """
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark._jvm
     return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
 
 
@@ -345,7 +345,8 @@ def compute_state(spark: SparkSession, path: str) -> None:
 
 def _latest_snapshot(spark: SparkSession, path: str) -> Any:
     """The JVM snapshot of the table's latest version (version -1: no table there)."""
-    empty = spark._jvm.scala.Option.empty()  # type: ignore[attr-defined]
+    jvm: Any = spark._jvm
+    empty = jvm.scala.Option.empty()
     return jvm_delta_log(spark, path).update(False, empty, empty)
 
 

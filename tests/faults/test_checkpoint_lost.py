@@ -15,10 +15,11 @@ from collections import Counter
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.commit import ids
-from lakehouse_writer.commit.checkpoint_guard import CheckpointMismatch, check_checkpoint
-from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.commit.checkpoint_guard import check_checkpoint
+from lakehouse_writer.engines import ids
+from lakehouse_writer.errors import CheckpointMismatch
 from lakehouse_writer.read.topics import TopicPattern
+from lakehouse_writer.runtime.status import read_status
 from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

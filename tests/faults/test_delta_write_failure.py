@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.runtime.status import read_status
 from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

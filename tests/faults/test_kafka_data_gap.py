@@ -17,8 +17,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.ops.data_loss import DataGap, data_gap_cause, find_gap
-from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.runtime.data_loss import DataGap, data_gap_cause, find_gap
+from lakehouse_writer.runtime.status import read_status
 from tests.support.writer import T0, once_argv, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -96,7 +96,7 @@ def test_records_deleted_before_the_writer_read_them_stop_it_every_time(
         assert status["state"] == "failed", status
         assert f"topic {gap.topic} partition 0" in status["error"], status  # both starts
         assert f"offsets {gap.first_lost} to {gap.last_lost}" in status["error"], status
-    # lakehouse_writer.ops.data_loss reads it from the real trace, with Kafka and without
+    # lakehouse_writer.runtime.data_loss reads it from the real trace, with Kafka and without
     cause = data_gap_cause(gap.trace, {"bootstrap.servers": kafka_bootstrap})
     assert cause is not None
     assert (

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_writer.commit.state import StateStore
 from lakehouse_writer.job import BatchProcessor
-from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.runtime.status import read_status
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.tables.manager import jvm_delta_log
 from producer_lib.runner.execution_log import ExecutionRecord

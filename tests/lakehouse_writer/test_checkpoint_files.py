@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lakehouse_writer.commit import ids
-from lakehouse_writer.ops.status import BatchStats, read_status, write_status
+from lakehouse_writer.engines import ids
+from lakehouse_writer.runtime.status import BatchStats, read_status, write_status
 from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError, is_local
 
 

@@ -2,8 +2,8 @@
 
 The writer appends a batch's ``_commits`` rows by delta-rs where the table is local and plain
 (:meth:`~lakehouse_writer.job.BatchProcessor._append_commits`), built in Python
-(:func:`~lakehouse_writer.commit.commits.commit_rows`); Spark's path parses the records with
-``from_json`` (:func:`~lakehouse_writer.commit.commits.commit_frame`). Real Spark and Delta.
+(:func:`~lakehouse_writer.read.commits.commit_rows`); Spark's path parses the records with
+``from_json`` (:func:`~lakehouse_writer.read.commits.commit_frame`). Real Spark and Delta.
 """
 
 from __future__ import annotations
@@ -14,18 +14,14 @@ from typing import Any
 
 import pytest
 
-from lakehouse_writer.commit.commits import (
+from lakehouse_writer.commit.system_tables import DeltaRsAppend, append_system, system_txn
+from lakehouse_writer.read.commits import (
     COMMIT_ROW_SCHEMA,
     CommitRecord,
     commit_frame,
     commit_rows,
 )
-from lakehouse_writer.commit.system_tables import (
-    DeltaRsAppend,
-    append_system,
-    arrow_rows,
-    system_txn,
-)
+from lakehouse_writer.runtime.frames import arrow_rows
 
 INSTANCE = "writer-1"
 

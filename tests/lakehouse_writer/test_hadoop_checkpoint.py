@@ -17,8 +17,8 @@ import pytest
 
 from lakehouse_writer import job
 from lakehouse_writer.cli import main
-from lakehouse_writer.commit import ids
-from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.engines import ids
+from lakehouse_writer.runtime.status import read_status
 from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError
 from lakehouse_writer.settings import LakehouseSettings
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema

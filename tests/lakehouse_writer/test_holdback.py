@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from lakehouse_writer.commit.commits import CommitRecord
 from lakehouse_writer.commit.state import BatchChanges, WriterState, _fold
+from lakehouse_writer.read.commits import CommitRecord
 from lakehouse_writer.read.holdback import cut_offsets
 from lakehouse_writer.read.ranges import held_record, held_until
 

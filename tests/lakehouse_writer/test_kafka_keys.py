@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.engines.delta_rs import small_tables
+from lakehouse_writer.read import driver_decode
 from lakehouse_writer.read.catalog import CatalogEntry
 from lakehouse_writer.read.keys import KeySchemaRef, own_key
 from lakehouse_writer.read.scan import ExpectedSchemas
@@ -126,8 +126,8 @@ def test_a_key_that_disagrees_is_rejected_with_its_reason_and_the_rest_applies(
 ):
     """``scanned``: the value schema is expected (decoded while the batch is read);
     ``decoded-after``: a newer schema is the latest, so the rows are decoded after the scan;
-    ``small-table``: the driver's path for small tables
-    (:mod:`lakehouse_writer.engines.delta_rs.small_tables`) finds the key, leaves the table to
+    ``small-table``: the driver's decode (:mod:`lakehouse_writer.read.driver_decode`) finds
+    the key, leaves the table to
     Spark's, which rejects the row; ``small-columns``: the same, with the rows decoded into columns
     by DuckDB."""
     topic, schemas, lake, ckpt = setup
@@ -135,7 +135,7 @@ def test_a_key_that_disagrees_is_rejected_with_its_reason_and_the_rest_applies(
     if not small:  # a few rows: the scan decodes them only with it off
         monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", "0")
     if path == "small-columns":
-        monkeypatch.setattr(small_tables, "COLUMNS_FROM_ROWS", 0)
+        monkeypatch.setattr(driver_decode, "COLUMNS_FROM_ROWS", 0)
     schema = sample_schema()
     publish_schemas(kafka_bootstrap, topic, schemas, schema)
     if path == "decoded-after":

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.engines.spark.apply import apply_batch, conform
+from lakehouse_writer.engines.spark.engine import apply_batch
+from lakehouse_writer.engines.spark.engine import upserts as conform
 from lakehouse_writer.read.summary import summarize_rows
 from lakehouse_writer.tables.manager import TableInfo, TableManager
 from tests.support.writer import rows_df, sample_schema, table_rows

@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 
 from lakehouse_writer.ops.metrics import MetricsServer, MetricsUnavailable, WriterMetrics
-from lakehouse_writer.ops.status import BatchStats, observed, write_status
 from lakehouse_writer.ops.watch import monitor_group_of
+from lakehouse_writer.runtime.status import BatchStats, observed, write_status
 from lakehouse_writer.settings import LakehouseSettings
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.commit import ids
+from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.spark import txn
-from lakehouse_writer.engines.spark.apply import apply_batch
-from lakehouse_writer.route.parallel import DEFAULT_WORKERS, TableApplier, on_session
+from lakehouse_writer.engines.spark.engine import apply_batch
+from lakehouse_writer.runtime.parallel import DEFAULT_WORKERS, TableApplier, on_session
 from lakehouse_writer.settings import LakehouseSettings
 from lakehouse_writer.tables.manager import TableManager
 from producer_lib.errors import ConfigError

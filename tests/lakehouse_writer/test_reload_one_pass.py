@@ -15,8 +15,8 @@ from confluent_kafka import Producer
 
 from lakehouse_writer.cli import main
 from lakehouse_writer.engines.spark import reload
-from lakehouse_writer.engines.spark.apply import RowSummary
 from lakehouse_writer.engines.spark.reload import refusal, unique_in_files
+from lakehouse_writer.read.summary import RowSummary
 from lakehouse_writer.rules.truncate import Truncate
 from tests.support.writer import (
     T0,

@@ -1,31 +1,34 @@
 """The row-type rules as SQL (lakehouse_writer.rules.sql): DuckDB and Spark read the same text.
 
 Random batches of change rows of a keyed table (every row type, BEFORE images paired by row
-id or by position, transactions spread over two partitions) go through the MERGE source and
-the TRUNCATE condition in DuckDB (the driver's engine) and in Spark SQL (Spark's engine); the
-two must give the same rows, row for row.
+id or by position, transactions spread over two partitions; one key column or two) go through
+the MERGE source and the TRUNCATE condition in DuckDB, as the driver's engine runs it
+(:class:`~lakehouse_writer.engines.delta_rs.engine.ArrowRows`), and in Spark SQL (Spark's
+engine); the two must give the same rows, row for row.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-import duckdb
 import pyarrow as pa
 import pytest
 
+from lakehouse_writer.engines.delta_rs.engine import ArrowRows
 from lakehouse_writer.rules.dialect import DUCKDB, SPARK
 from lakehouse_writer.rules.sql import TableShape, merge_source, truncated
 from lakehouse_writer.rules.truncate import Truncate
-from producer_lib.staging.extensions import load_packaged_extension
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 TECHNICAL = ("__change_type", "__change_time", "__source_system", "__source_rowid", "__truncate")
 SHAPE = TableShape(
     columns={
         "K1": "bigint",
+        "K2": "string",
         "NOTE": "string",
         "AMT": "decimal(10,2)",
         "__change_type": "string",
@@ -37,9 +40,12 @@ SHAPE = TableShape(
     keys=("K1",),
     technical=frozenset(TECHNICAL),
 )
+# The same table keyed by two columns (K2 is then part of the key, not payload).
+TWO_KEYS = replace(SHAPE, keys=("K1", "K2"))
 ARROW = pa.schema(
     [
         ("K1", pa.int64()),
+        ("K2", pa.string()),
         ("NOTE", pa.string()),
         ("AMT", pa.decimal128(10, 2)),
         ("__change_type", pa.string()),
@@ -79,6 +85,7 @@ def _row(rng: random.Random, kind: str, at: datetime, part: int, offsets: list[i
     offsets[part] += 1
     return {
         "K1": rng.randint(1, 3),
+        "K2": rng.choice(["x", "y"]),
         "NOTE": rng.choice([None, "a", "b", "c"]),
         "AMT": rng.choice([None, Decimal("1.50"), Decimal("2.25")]),
         "__change_type": kind,
@@ -92,15 +99,14 @@ def _row(rng: random.Random, kind: str, at: datetime, part: int, offsets: list[i
     }
 
 
-def _duckdb(sql: str, rows: pa.Table) -> list[tuple]:
-    con = duckdb.connect(config={"threads": 1})
-    load_packaged_extension(con, "icu")  # time zones: the rows' change times are UTC instants
-    con.execute("SET TimeZone = 'UTC'")
-    con.register("arrow_rows", rows)  # a table of its own: an Arrow scan under a self-join of
-    con.execute("CREATE TEMP TABLE rows AS SELECT * FROM arrow_rows")  # tz timestamps needs pytz
-    found = [tuple(r.values()) for r in con.sql(sql).to_arrow_table().to_pylist()]
-    con.close()
-    return sorted(found, key=repr)
+def _duckdb(query: Callable[[str], str], rows: pa.Table) -> list[tuple]:
+    """``query`` of the rows' relation, run as the delta-rs engine runs its rules."""
+    held = ArrowRows.of(rows)
+    try:
+        found = held.arrow(query(held.sql))
+    finally:
+        held.close()
+    return sorted((tuple(r.values()) for r in found.to_pylist()), key=repr)
 
 
 def _normal(row: tuple) -> tuple:
@@ -117,12 +123,12 @@ def _normal(row: tuple) -> tuple:
     return tuple(out)
 
 
+@pytest.mark.parametrize("shape", [SHAPE, TWO_KEYS], ids=["one_key", "two_keys"])
 @pytest.mark.parametrize("seed", range(40))
-def test_duckdb_merge_source_holds_one_row_per_key(seed):
+def test_duckdb_merge_source_holds_one_row_per_key(seed, shape):
     rows = random_batch(seed)
-    sql = merge_source("rows", SHAPE, rows.column_names, DUCKDB, cast=False)
-    found = _duckdb(sql, rows)
-    keys = [r[0] for r in found]
+    found = _duckdb(lambda r: merge_source(r, shape, rows.column_names, DUCKDB, cast=False), rows)
+    keys = [r[: len(shape.keys)] for r in found]
     assert len(keys) == len(set(keys))
     actions = {r[-2] for r in found}
     assert actions <= {"upsert", "delete", "archive", "upsert_archive", "delete_archive"}
@@ -138,13 +144,14 @@ def test_a_before_image_deletes_its_old_key_only_when_the_update_moved_it():
         ],
         schema=ARROW,
     )
-    found = _duckdb(merge_source("rows", SHAPE, rows.column_names, DUCKDB, cast=False), rows)
+    found = _duckdb(lambda r: merge_source(r, SHAPE, rows.column_names, DUCKDB, cast=False), rows)
     assert [(r[0], r[-2]) for r in found] == [(1, "delete"), (2, "upsert"), (3, "upsert")]
 
 
 def _fixed(k: int, kind: str, part: int, offset: int, rowid: str | None = None) -> dict:
     return {
         "K1": k,
+        "K2": "x",
         "NOTE": f"n{offset}",
         "AMT": None,
         "__change_type": kind,
@@ -172,23 +179,28 @@ TRUNCATES = [
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("shape", [SHAPE, TWO_KEYS], ids=["one_key", "two_keys"])
 @pytest.mark.parametrize("seed", range(12))
-def test_spark_and_duckdb_give_the_same_merge_source(spark, seed):
+def test_spark_and_duckdb_give_the_same_merge_source(spark, seed, shape):
     rows = random_batch(seed)
     frame = spark.createDataFrame(rows)
     view = f"rows_{seed}"
     frame.createOrReplaceTempView(view)
     try:
-        in_spark = spark.sql(merge_source(view, SHAPE, frame.columns, SPARK)).collect()
+        in_spark = spark.sql(merge_source(view, shape, frame.columns, SPARK)).collect()
         truncated_spark = spark.sql(
             f"SELECT offset, partition FROM {view} WHERE {truncated(TRUNCATES, SHAPE, SPARK)}"
         ).collect()
     finally:
         spark.catalog.dropTempView(view)
-    in_duckdb = _duckdb(merge_source("rows", SHAPE, rows.column_names, DUCKDB, cast=False), rows)
+    in_duckdb = _duckdb(
+        lambda r: merge_source(r, shape, rows.column_names, DUCKDB, cast=False), rows
+    )
     assert sorted((_normal(tuple(r)) for r in in_spark), key=repr) == sorted(
         (_normal(r) for r in in_duckdb), key=repr
     )
     where = truncated(TRUNCATES, SHAPE, DUCKDB)
-    truncated_duckdb = _duckdb(f'SELECT "offset", "partition" FROM rows WHERE {where}', rows)
+    truncated_duckdb = _duckdb(
+        lambda r: f'SELECT "offset", "partition" FROM {r} WHERE {where}', rows
+    )
     assert sorted(tuple(r) for r in truncated_spark) == truncated_duckdb

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from lakehouse_writer.ops import status
-from lakehouse_writer.ops.status import BatchStats, read_status, record_lag, status_age_s
+from lakehouse_writer.runtime import status
+from lakehouse_writer.runtime.status import BatchStats, read_status, record_lag, status_age_s
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

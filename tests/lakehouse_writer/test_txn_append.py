@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.commit.system_tables import local_frame
 from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.runtime.frames import local_frame
 
 pytestmark = pytest.mark.spark
 

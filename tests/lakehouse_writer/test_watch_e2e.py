@@ -171,7 +171,7 @@ def test_a_running_writer_serves_its_metrics(spark, kafka_bootstrap, new_topic, 
 def test_a_taken_metrics_port_fails_the_run_naming_it(
     spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch
 ):
-    from lakehouse_writer.ops.status import read_status
+    from lakehouse_writer.runtime.status import read_status
 
     topic = new_topic()
     with socket.socket() as taken:

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.ops.status import read_status
+from lakehouse_writer.runtime.status import read_status
 from producer_lib.kafka import KafkaProducer
 from producer_lib.schema import KeySchema, RowType, create_key_row
 from producer_lib.settings import KafkaSettings

@@ -13,9 +13,9 @@ from pyspark import SparkContext
 
 from lakehouse_writer.cli import _parser, main, run_command
 from lakehouse_writer.errors import WriterFailed
-from lakehouse_writer.ops.status import read_status
 from lakehouse_writer.runtime import jars
 from lakehouse_writer.runtime.session import resolve_master
+from lakehouse_writer.runtime.status import read_status
 from lakehouse_writer.settings import LakehouseSettings
 from producer_lib.errors import ConfigError
 

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from lakehouse_writer.commit.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.commit.state import BatchChanges, StateStore, WriterState
-from lakehouse_writer.commit.system_tables import local_frame
 from lakehouse_writer.commit.truncate_log import TruncateLog
+from lakehouse_writer.read.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.rules.truncate import Truncate
+from lakehouse_writer.runtime.frames import local_frame
 from producer_lib.kafka._ledger import PartitionStats, TransactionLedger
 
 

@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.ops.status import STATUS_FILE, BatchStats, read_status, write_status
+from lakehouse_writer.runtime.status import STATUS_FILE, BatchStats, read_status, write_status
 
 ME, OTHER = "a1b2c3", "ffffff"
 _STATE = pa.schema(

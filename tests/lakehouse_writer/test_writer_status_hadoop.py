@@ -12,9 +12,9 @@ import uuid
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.commit import ids
 from lakehouse_writer.commit.state import BatchChanges, StateStore
-from lakehouse_writer.ops.status import BatchStats, read_status, write_status
+from lakehouse_writer.engines import ids
+from lakehouse_writer.runtime.status import BatchStats, read_status, write_status
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

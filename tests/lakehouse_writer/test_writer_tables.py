@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.engines.spark.apply import conform
+from lakehouse_writer.engines.spark.engine import upserts as conform
 from lakehouse_writer.errors import SchemaEvolutionError
 from lakehouse_writer.tables.manager import TableManager, TableRef, path_segment, spark_type
 from producer_lib.schema import AvroInt, AvroLong, AvroNVarchar, AvroShort, ValueSchema

@@ -15,7 +15,7 @@ import pytest
 
 from devstack import secure, tls
 from lakehouse_writer.errors import Transient
-from lakehouse_writer.ops.probe import KafkaRefused, probe_kafka
+from lakehouse_writer.runtime.probe import KafkaRefused, probe_kafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 SLOW_S = 30.0  # the connect timeout a refused start must not wait for

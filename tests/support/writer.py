@@ -266,7 +266,7 @@ class WriterProcess:
 
     def status(self) -> dict[str, Any] | None:
         """The writer's status file, or None before it is written."""
-        from lakehouse_writer.ops.status import read_status
+        from lakehouse_writer.runtime.status import read_status
 
         return read_status(self.checkpoint)
 

@@ -5,7 +5,7 @@ query as a DataFrame argument of ``spark.sql``); the MERGE's conditions are
 :mod:`lakehouse_writer.rules.merge`'s. A MERGE or DELETE takes its transaction id from the
 session's conf (:func:`~lakehouse_writer.engines.spark.txn.delta_txn`), an append from its
 options (:func:`~lakehouse_writer.engines.spark.txn.append`): one session per thread
-(:mod:`lakehouse_writer.route.parallel`), so each table's writes carry their own.
+(:mod:`lakehouse_writer.runtime.parallel`), so each table's writes carry their own.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.commit.system_tables import rejected_rows
 from lakehouse_writer.engines.base import ApplyResult, Write
 from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.engines.spark.gdpr import purge_deleted_rows
 from lakehouse_writer.engines.table import apply_table
+from lakehouse_writer.read.rejected import rejected_rows
 from lakehouse_writer.read.summary import RowSummary, summarize_rows
 from lakehouse_writer.rules.dialect import SPARK
 from lakehouse_writer.rules.merge import merge_clauses

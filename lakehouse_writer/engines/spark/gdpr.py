@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import ApplyError
-from lakehouse_writer.ops.failure import root_cause
+from lakehouse_writer.runtime.failure import root_cause
 from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, jvm_delta_log
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
 """A reload written in the pass that reads it.
 
 A reload — an unscoped TRUNCATE, then only upserts, into an empty table — is appended as it
-is (:mod:`lakehouse_writer.engines.spark.apply`'s fast path). On the normal path its rows are read
-twice: the scan reads, decodes, caches and summarizes the batch, and the append then writes the
-files from the cache.
+is (:func:`lakehouse_writer.engines.table.apply_table`'s fast path). On the normal path its rows
+are read twice: the scan reads, decodes, caches and summarizes the batch, and the append then
+writes the files from the cache.
 
 When a batch holds many rows of a topic whose only value schema is expected and whose table
 is empty, the writer bets on a reload (:func:`speculate`): one Spark job reads that topic's
@@ -29,8 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.commit import ids
-from lakehouse_writer.commit.truncate_log import TruncateLog
+from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.base import ApplyResult
 from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.engines.spark.engine import no_repeated_keys, upserts
@@ -41,7 +40,7 @@ from lakehouse_writer.read.keys import with_key_check
 from lakehouse_writer.read.ranges import OffsetRanges, messages_per_topic, range_read
 from lakehouse_writer.read.summary import RowSummary, truncate_records, truncate_row
 from lakehouse_writer.rules.row_types import UPSERTS as UPSERT_TYPES
-from lakehouse_writer.rules.truncate import Truncate, distinct_truncates
+from lakehouse_writer.rules.truncate import AppliedTruncates, Truncate, distinct_truncates
 from lakehouse_writer.tables.manager import TableInfo, TableManager, TableRef, no_data_files
 
 if TYPE_CHECKING:
@@ -161,7 +160,7 @@ class ReloadBet:
         min_rows: int,
         options: Mapping[str, str],
         instance_id: str,
-        truncates: TruncateLog,
+        truncates: AppliedTruncates,
         creatable: Callable[[bytes], bool],
     ) -> None:
         self._spark = spark
@@ -302,6 +301,7 @@ def speculate(
 
     spark = batch.sparkSession
     topic = expected.entry.topic
+    assert topic is not None  # only a schema with a topic spans rows worth a bet
     mine = {k: v for k, v in ranges.items() if k[0] == topic}
     # Smaller tasks, three per core: three whole Kafka partitions on two cores took two
     # rounds, the second on one core. (Spark splits a range only into whole shares of
@@ -334,7 +334,7 @@ def speculate(
             paths = pending.file_paths()
             names = pending.physical_names()
             physical = [names.get(k, k) for k in info.keys]
-            rows = sum(summary.counts.values())
+            written = sum(summary.counts.values())
     except BaseException:
         pending.discard()
         raise
@@ -343,7 +343,7 @@ def speculate(
         return reason
 
     def distinct() -> bool:
-        found = unique_in_files(paths, physical, rows)
+        found = unique_in_files(paths, physical, written)
         if found is None:
             found = no_repeated_keys(_written(spark, paths, physical, info.keys), info.keys)
         return found

@@ -6,7 +6,7 @@ and would make the next, different write look like a replay — so :func:`delta_
 clears them again.
 
 The ids themselves (app id per table, a version per write of a batch) are
-:mod:`lakehouse_writer.commit.ids`.
+:mod:`lakehouse_writer.engines.ids`.
 
 Appends go through :func:`append`. Delta 4.4 looks a ``txnVersion`` up in the snapshot's
 *computed state*: two Spark jobs that rebuild the table's state from its log (checkpoint and
@@ -159,7 +159,7 @@ class PendingAppend:
 
         from lakehouse_writer.tables.manager import jvm_delta_log
 
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm
         try:
             delta_log = jvm_delta_log(spark, path)
             if not delta_log.tableExists():
@@ -206,7 +206,7 @@ class PendingAppend:
 
     def commit(self) -> int:
         """Commit the written files with the ``SetTransaction``; returns the table version."""
-        jvm = self._spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = self._spark._jvm
         delta = jvm.org.apache.spark.sql.delta
         snapshot = self._transaction.snapshot()
         empty = jvm.scala.Option.empty()
@@ -240,7 +240,7 @@ class PendingAppend:
         self._files = None
 
     def _paths(self) -> list[Any]:
-        jvm = self._spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = self._spark._jvm
         base = self._log.dataPath().toString()
         operations = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations
         added = jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._files)

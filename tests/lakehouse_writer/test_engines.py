@@ -1,9 +1,9 @@
-"""Small MERGEs by delta-rs (lakehouse_writer.engines.delta_rs.writes): the same table as Spark's,
-replay-safe.
+"""The two engines leave the same table, and a replay on either changes nothing.
 
-Each test applies the same batches to two tables, one merged by Spark and one offered to
-delta-rs, and compares what a reader sees: the rows, and the Change Data Feed. The Delta log's
-``engineInfo`` tells which engine wrote each commit.
+Each test applies the same batches to two tables through the router
+(:mod:`lakehouse_writer.route.router`), one on the Spark engine and one given to the delta-rs
+engine (which hands what it declines to Spark), and compares what a reader sees: the rows, and
+the Change Data Feed. The Delta log's ``engineInfo`` tells which engine wrote each commit.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_writer.engines.delta_rs.writes import SmallChanges
-from lakehouse_writer.engines.spark.apply import apply_batch
+from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
+from lakehouse_writer.route.router import Router, TableRows
 from lakehouse_writer.tables.manager import TableManager
 from tests.support.writer import rows_df, sample_schema
 
@@ -70,40 +70,47 @@ def _seen(spark, path: str) -> tuple[list[tuple], list[tuple]]:
 
 @pytest.fixture
 def twins(spark, tmp_path):
-    """Two empty tables of one schema: apply(batches, small) applies to the second."""
+    """Two empty tables of one schema: apply(rows, batch, writes) applies to the second.
+
+    With ``writes`` (delta-rs's) the router gives the table to the delta-rs engine, else to
+    Spark's.
+    """
     schema = sample_schema()
     spark_table = TableManager(spark, str(tmp_path / "by_spark")).ensure(schema)
-    small_table = TableManager(spark, str(tmp_path / "by_delta_rs")).ensure(schema)
+    delta_rs_table = TableManager(spark, str(tmp_path / "by_delta_rs")).ensure(schema)
 
-    def apply(rows, batch_id, small=None, table=small_table):
-        return apply_batch(rows_df(spark, schema, rows), batch_id, table, "w1", small=small)
+    def apply(rows, batch_id, writes=None, table=delta_rs_table):
+        router = Router(writes or DeltaRsWrites(0), str(tmp_path), 0, "w1")
+        data = TableRows(table, rows_df(spark, schema, rows))
+        engine = router.engine_for(data, len(rows)) if writes is not None else "spark"
+        return router.apply(data, batch_id, (), spark, engine)
 
-    return apply, spark_table, small_table
+    return apply, spark_table, delta_rs_table
 
 
-def test_small_merges_leave_what_spark_leaves(spark, twins):
-    apply, spark_table, small_table = twins
-    small = SmallChanges()
+def test_the_delta_rs_engine_leaves_what_spark_leaves(spark, twins):
+    apply, spark_table, delta_rs_table = twins
+    writes = DeltaRsWrites()
     for batch_id, rows in enumerate([FIRST, CHANGES]):
         apply(rows, batch_id, table=spark_table)
-        result = apply(rows, batch_id, small=small)
-        assert result.small
-    assert _seen(spark, small_table.path) == _seen(spark, spark_table.path)
-    rows, _ = _seen(spark, small_table.path)
+        result = apply(rows, batch_id, writes=writes)
+        assert result.engine == "delta-rs"
+    assert _seen(spark, delta_rs_table.path) == _seen(spark, spark_table.path)
+    rows, _ = _seen(spark, delta_rs_table.path)
     assert ("1", "n1-newer") == (str(rows[1][0]), rows[1][1])
     assert all(r[0] != 2 for r in rows), "the deleted key is gone"
-    assert [e.split(":")[0] for e in _engines(small_table.path)][-1].startswith("delta-rs")
+    assert [e.split(":")[0] for e in _engines(delta_rs_table.path)][-1].startswith("delta-rs")
     assert result.version == 2
 
 
 def test_a_replayed_batch_changes_nothing_whichever_engine_wrote_it(spark, twins):
     apply, _, table = twins
-    small = SmallChanges()
-    apply(FIRST, 0, small=small)
-    apply(CHANGES, 1, small=small)
+    writes = DeltaRsWrites()
+    apply(FIRST, 0, writes=writes)
+    apply(CHANGES, 1, writes=writes)
     before = _seen(spark, table.path)
     commits = len(_engines(table.path))
-    assert apply(CHANGES, 1, small=small).version == 2  # delta-rs sees its own txn version
+    assert apply(CHANGES, 1, writes=writes).version == 2  # delta-rs sees its own txn version
     assert apply(CHANGES, 1).version == 2  # and Spark sees it too
     assert _seen(spark, table.path) == before
     assert len(_engines(table.path)) == commits
@@ -111,35 +118,35 @@ def test_a_replayed_batch_changes_nothing_whichever_engine_wrote_it(spark, twins
 
 def test_tables_delta_rs_cannot_write_and_large_batches_go_to_spark(spark, twins):
     apply, _, table = twins
-    apply(FIRST, 0, small=SmallChanges(max_rows=3))  # 8 rows: more than it takes
+    apply(FIRST, 0, writes=DeltaRsWrites(max_rows=3))  # 8 rows: more than it takes
     assert not any(e.startswith("delta-rs") for e in _engines(table.path))
     spark.sql(
         f"ALTER TABLE delta.`{table.path}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
     )
-    small = SmallChanges()
-    apply(CHANGES, 1, small=small)
+    writes = DeltaRsWrites()
+    apply(CHANGES, 1, writes=writes)
     assert not any(e.startswith("delta-rs") for e in _engines(table.path))
     rows, _ = _seen(spark, table.path)
     assert len(rows) == 8 and ("n1-newer" in {r[1] for r in rows})
-    assert not small.takes(table, 1), "the table is Spark's from then on"
+    assert not writes.takes(table, 1), "the table is Spark's from then on"
 
 
 @pytest.mark.parametrize("repeat", [False, True], ids=["appended", "a key repeats"])
-def test_a_reload_after_small_merges_deletes_what_they_wrote(spark, twins, repeat):
+def test_a_reload_after_delta_rs_merges_deletes_what_they_wrote(spark, twins, repeat):
     # The table was created by this writer: had its version been read from Spark's cached
     # snapshot (version 0, blind to delta-rs's commits), it would have passed for empty and
     # the reload would have kept the old rows.
     apply, _, table = twins
-    small = SmallChanges()
-    apply(FIRST, 0, small=small)
+    writes = DeltaRsWrites()
+    apply(FIRST, 0, writes=writes)
     reload = [
         {"ID": 0, "__change_type": "T", "t": 5},
         {"ID": 100, "NAME": "old", "__change_type": "R", "t": 5},
         {"ID": 100, "NAME": "new", "__change_type": "R", "t": 5},
     ]
-    result = apply(reload if repeat else reload[:1] + reload[2:], 1, small=small)
+    result = apply(reload if repeat else reload[:1] + reload[2:], 1, writes=writes)
     rows, _ = _seen(spark, table.path)
     assert [(r[0], r[1]) for r in rows] == [(100, "new")]
     assert result.version == 3  # delta-rs's merge, the TRUNCATE's delete, the reload
-    reloaded_by = _engines(table.path)[-1]
-    assert reloaded_by.startswith("delta-rs") != repeat  # a repeated key: Spark's last per key
+    assert result.engine == "delta-rs" and result.fast_path  # appended (the last per key)
+    assert _engines(table.path)[-1].startswith("delta-rs")

@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SecretStr
 
-from lakehouse_writer.commit.checkpoint_guard import CheckpointInUse
-from lakehouse_writer.errors import LakehouseWriterError, WriterFailed
-from lakehouse_writer.ops.data_loss import data_gap_cause
-from lakehouse_writer.ops.status import BatchStats, write_status
+from lakehouse_writer.errors import CheckpointInUse, LakehouseWriterError, WriterFailed
+from lakehouse_writer.runtime.data_loss import data_gap_cause
+from lakehouse_writer.runtime.status import BatchStats, write_status
 from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError
 from producer_lib.settings import KafkaSettings
 

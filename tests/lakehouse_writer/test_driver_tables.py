@@ -1,4 +1,4 @@
-"""Small tables applied in the driver (Python decode + delta-rs) agree with Spark's path.
+"""Tables applied in the driver (its decode, the delta-rs engine) agree with Spark's path.
 
 The same Kafka topics are drained four times, by ``lakehouse-writer run --once``, into four
 lakehouses: with the driver's path on (the default: each batch is read into the driver whole
@@ -10,9 +10,10 @@ of every table must be equal, and equal to what the rows say. The tables cover t
 source system's columns and names Avro has to encode, upserts and deletes within and across
 transactions, an older transaction produced after a newer one, a reload into a new table,
 BEFORE/UPDATE pairs that move a key or not (paired by ``__source_rowid`` or by position), and
-an ARCHIVE (not taken by the driver: Spark applies that table).
+an ARCHIVE (the rules in DuckDB fold it as Spark's do).
 
-Real broker, real Spark and Delta. Pure rules have fast unit tests below.
+Real broker, real Spark and Delta. The read path's and the driver's choices have fast unit
+tests below; the rules themselves, tests/lakehouse_writer/test_rules_sql.py.
 """
 
 from __future__ import annotations
@@ -27,26 +28,18 @@ import pyarrow as pa
 import pytest
 
 from lakehouse_writer.cli import main
-from lakehouse_writer.engines.delta_rs import small_tables
-from lakehouse_writer.engines.delta_rs.small_tables import (
-    COLUMNS_FROM_ROWS,
-    SmallTables,
-    Unfit,
-    _after,
-    _by_header,
-    _check_reload,
-    _chunks,
-    _Decoded,
-    _kept,
-    _key_range,
-    _latest_per_key,
-    _moved_keys,
-    _Table,
-)
-from lakehouse_writer.engines.delta_rs.writes import SmallChanges
+from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
+from lakehouse_writer.read import driver_decode
 from lakehouse_writer.read.catalog import CatalogEntry
+from lakehouse_writer.read.driver_decode import (
+    COLUMNS_FROM_ROWS,
+    _after,
+    _in_table_columns,
+    by_header,
+)
 from lakehouse_writer.read.scan import Expected
-from lakehouse_writer.rules.truncate import Truncate
+from lakehouse_writer.route.driver_tables import _chunks, _Table
+from lakehouse_writer.route.router import Router
 from producer_lib.schema import (
     AvroBoolean,
     AvroBytes,
@@ -181,7 +174,7 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
     def drain(lake: str, small_rows: str, columns_from: int = COLUMNS_FROM_ROWS) -> None:
         monkeypatch.setenv("LAKEHOUSE_SMALL_MERGE_ROWS", small_rows)
         monkeypatch.setenv("LAKEHOUSE_DRIVER_READ_ROWS", small_rows)  # 12: Spark scans it
-        monkeypatch.setattr(small_tables, "COLUMNS_FROM_ROWS", columns_from)
+        monkeypatch.setattr(driver_decode, "COLUMNS_FROM_ROWS", columns_from)
         argv = once_argv(tmp_path / lake, tmp_path / f"{lake}_ckpt", pattern, kafka_bootstrap)
         with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
             assert main(argv) == 0
@@ -190,28 +183,27 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
     caplog.clear()
     drain("driver", "10000")
     assert "batch read into the driver batch=0 rows=17" in caplog.text
-    assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
+    assert "driver tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
     caplog.clear()
     drain("columns", "10000", columns_from=0)
-    assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
+    assert "driver tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
     caplog.clear()
     drain("scanned", "12")
     assert "batch read into the driver" not in caplog.text
-    assert "small tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
+    assert "driver tables applied batch=0 tables=4 rows=17 left_to_spark=0" in caplog.text
     drain("spark", "0")
     _second_run(kafka_bootstrap, topics, schemas)  # 20 rows: 25 offsets, 11 in DELTAS
     caplog.clear()
     drain("driver", "10000")
     assert "batch read into the driver batch=1 rows=20" in caplog.text
-    assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
-    assert "left to Spark table=ERP.ARCHIVED batch=1 reason=row type 'P'" in caplog.text
+    assert "driver tables applied batch=1 tables=4 rows=20 left_to_spark=0" in caplog.text
     caplog.clear()
     drain("columns", "10000", columns_from=0)
-    assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
+    assert "driver tables applied batch=1 tables=4 rows=20 left_to_spark=0" in caplog.text
     caplog.clear()
     drain("scanned", "12")
     assert "batch read into the driver" not in caplog.text
-    assert "small tables applied batch=1 tables=3 rows=19 left_to_spark=1" in caplog.text
+    assert "driver tables applied batch=1 tables=4 rows=20 left_to_spark=0" in caplog.text
     drain("spark", "0")
 
     driver, by_spark = _tables(spark, tmp_path / "driver"), _tables(spark, tmp_path / "spark")
@@ -240,118 +232,31 @@ def test_the_drivers_path_and_sparks_leave_the_same_tables(
     assert {k: six[k] for k in want} == {**want, "SCORE": pytest.approx(3.0)}
 
 
-# -- the rules, without Spark ------------------------------------------------------------------
-
-
-def _r(key: int | None, change: str, time: int, partition: int = 0, offset: int = 0) -> dict:
-    return {
-        "ID": key,
-        "__change_type": change,
-        "__time": time,
-        "__partition": partition,
-        "__offset": offset,
-    }
-
-
-def _rows(*rows: dict[str, Any]) -> pa.Table:
-    """Rows as the rules read them (``_Decoded.rules``)."""
-    full = [{"__source_rowid": None, **r, "__index": i} for i, r in enumerate(rows)]
-    types = {"ID": pa.int64(), "__change_type": pa.string(), "__source_rowid": pa.string()}
-    types |= {"__time": pa.int64(), "__partition": pa.int32(), "__offset": pa.int64()}
-    types |= {"__index": pa.int64()}
-    return pa.Table.from_pylist(full, schema=pa.schema(list(types.items())))
+# -- the read path's and the driver's choices, without Spark ----------------------------------
 
 
 def test_a_batchs_rows_are_split_by_header_and_each_tables_values_lose_their_header():
     found = pa.table(
         {
             "__header": [b"\x00a", b"\x00a", b"\x00b", b"\x00b"],
+            "topic": ["t", "t", "t", "t"],
             "partition": pa.array([0, 1, 0, 2], pa.int32()),
             "offset": pa.array([5, 6, 7, 8], pa.int64()),
             "key": [b"k1", None, b"k3", b"k4"],
             "value": [b"\x00a-one", b"\x00a-two", b"\x00b-three", b"\x00b-four"],
         }
     )
-    raw = _by_header(found.slice(1))  # a slice, as a run of tables' rows is
+    raw = by_header(found.slice(1))  # a slice, as a run of tables' rows is
     assert sorted(raw) == [b"\x00a", b"\x00b"]
     assert raw[b"\x00a"].offsets.to_pylist() == [6]  # each header's rows are together
     assert raw[b"\x00b"].where(0) == "partition 0, offset 7"
     assert _after(raw[b"\x00b"].values, 2).to_pylist() == [b"-three", b"-four"]
-    assert _by_header(found.slice(0, 0)) == {}
+    assert by_header(found.slice(0, 0)) == {}
 
 
-def test_the_last_row_per_key_is_the_last_by_change_time_then_partition_then_offset():
-    rows = _rows(
-        _r(1, "I", 5, 0, 1),
-        _r(1, "U", 5, 0, 2),  # same transaction, later offset: wins
-        _r(2, "U", 7, 0, 3),  # newer transaction, earlier partition: wins
-        _r(2, "D", 6, 1, 9),
-        _r(3, "D", 4, 0, 4),
-        _r(None, "U", 4, 0, 5),
-        _r(None, "D", 4, 0, 6),  # NULL keys are one key
-    )
-    latest = _latest_per_key(rows, ("ID",)).to_pylist()
-    assert {r["ID"]: r["__change_type"] for r in latest} == {1: "U", 2: "U", 3: "D", None: "D"}
-    assert len(latest) == 4
-
-
-def test_a_before_image_deletes_its_key_only_where_its_update_moved_it():
-    def row(key: int, change: str, offset: int, rowid: str | None = None) -> dict[str, Any]:
-        return {**_r(key, change, 5, 0, offset), "__source_rowid": rowid}
-
-    rows = _rows(
-        row(1, "B", 1),
-        row(7, "U", 2),  # next offset: 1 moved to 7
-        row(2, "B", 3, "a"),
-        row(2, "U", 5, "a"),  # same row id: 2 stays
-        row(3, "B", 6),
-        row(3, "U", 7),  # next offset, same key: stays
-        row(4, "B", 8),  # no UPDATE after it: ignored
-        row(5, "B", 9, "b"),
-        row(6, "U", 11, "b"),  # same row id, another key: 5 moved to 6
-    )
-    kept = _moved_keys(rows, ("ID",)).to_pylist()
-    assert sorted((r["ID"], r["__change_type"]) for r in kept) == [
-        (1, "B"),
-        (2, "U"),
-        (3, "U"),
-        (5, "B"),
-        (6, "U"),
-        (7, "U"),
-    ]
-
-
-def test_a_reload_is_taken_only_into_an_empty_table_with_upserts_not_older_than_it():
-    whole = [Truncate(10)]
-    _check_reload(whole, _rows(_r(1, "R", 10), _r(2, "I", 11)), empty=True)  # taken
-    cases = {
-        "a scoped TRUNCATE": ([Truncate(10, {"REGION": "A"})], _rows(_r(1, "R", 10)), True),
-        "stored rows": (whole, _rows(_r(1, "R", 10)), False),
-        "older": (whole, _rows(_r(1, "R", 9)), True),
-        "deletes": (whole, _rows(_r(1, "D", 10)), True),
-    }
-    for truncates, rows, empty in cases.values():
-        with pytest.raises(Unfit):
-            _check_reload(truncates, rows, empty)
-
-
-def test_rows_an_earlier_batchs_whole_table_truncate_covers_are_dropped():
-    rows = _rows(_r(1, "U", 5), _r(2, "U", 15))
-    assert _kept([Truncate(10)], rows).column("ID").to_pylist() == [2]
-    assert _kept([Truncate(3, {"REGION": "A"})], rows) == rows  # older than every row
-    with pytest.raises(Unfit):  # a scope the driver does not evaluate: Spark's path
-        _kept([Truncate(10, {"REGION": "A"})], rows)
-
-
-def test_the_key_range_is_left_out_when_a_key_is_null():
-    assert _key_range(pa.table({"K": [3, 1]}), "K") == (1, 3)
-    assert _key_range(pa.table({"K": [3, None]}), "K") is None
-    assert _key_range(pa.table({"K": pa.array([], pa.int64())}), "K") is None
-
-
-def _lane(max_rows: int, lakehouse: str = "/lake", read_rows: int | None = None) -> SmallTables:
+def _lane(max_rows: int, lakehouse: str = "/lake", read_rows: int | None = None) -> Router:
     read = max_rows if read_rows is None else read_rows
-    return SmallTables(None, SmallChanges(max_rows), None, None, None, "i", lakehouse, read)  # type: ignore[arg-type]
+    return Router(DeltaRsWrites(max_rows), lakehouse, read, "i")
 
 
 def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_takes():
@@ -371,25 +276,22 @@ def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_tak
 
 def test_a_batch_is_read_into_the_driver_whole_only_when_all_it_holds_is_small():
     ranges = {("a", 0): (0, 60), ("a", 1): (10, 40), ("b", 0): (5, 15)}  # 100 messages
-    assert _lane(100).takes_batch(ranges, {})
-    assert not _lane(99).takes_batch(ranges, {})
-    assert not _lane(100).takes_batch(ranges, {("a", 0): (0, 1)})  # held back rows read again
-    assert not _lane(100).takes_batch(None, {})  # ranges not known
-    assert not _lane(0).takes_batch(ranges, {})  # the driver's path off
-    assert not _lane(100, "abfss://lake@account.dfs.core.windows.net/lake").takes_batch(ranges, {})
+    assert _lane(100).reads_whole(ranges, {})
+    assert not _lane(99).reads_whole(ranges, {})
+    assert not _lane(100).reads_whole(ranges, {("a", 0): (0, 1)})  # held back rows read again
+    assert not _lane(100).reads_whole(None, {})  # ranges not known
+    assert not _lane(0).reads_whole(ranges, {})  # the driver's path off
+    assert not _lane(100, "abfss://lake@account.dfs.core.windows.net/lake").reads_whole(ranges, {})
     # More messages than a table may have, in topics that each have few enough: read whole
     # as long as the batch has at most read_rows (LAKEHOUSE_DRIVER_READ_ROWS) messages.
-    assert _lane(90, read_rows=100).takes_batch(ranges, {})  # topic a: 90, b: 10
-    assert not _lane(89, read_rows=1000).takes_batch(ranges, {})  # topic a is a large table
-    assert not _lane(90, read_rows=100).takes_batch(ranges, {("b", 0): (0, 1)})  # 101 in all
-    assert not _lane(90, read_rows=0).takes_batch(ranges, {})  # whole-batch reads off
+    assert _lane(90, read_rows=100).reads_whole(ranges, {})  # topic a: 90, b: 10
+    assert not _lane(89, read_rows=1000).reads_whole(ranges, {})  # topic a is a large table
+    assert not _lane(90, read_rows=100).reads_whole(ranges, {("b", 0): (0, 1)})  # 101 in all
+    assert not _lane(90, read_rows=0).reads_whole(ranges, {})  # whole-batch reads off
 
 
 def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
-    tables = [
-        _Table(None, bytes([i]), "", None, (), None, [])  # type: ignore[arg-type]
-        for i in range(5)
-    ]
+    tables = [_Table(bytes([i]), "", None, (), None) for i in range(5)]  # type: ignore[arg-type]
     rows = {bytes([0]): 60, bytes([1]): 40, bytes([2]): 100, bytes([3]): 1, bytes([4]): 99}
     runs = [[t.header[0] for t in run] for run in _chunks(tables, rows, 100)]
     assert runs == [[0, 1], [2], [3, 4]]
@@ -397,12 +299,11 @@ def test_the_driver_holds_at_most_max_rows_rows_of_small_tables_at_once():
 
 
 def test_columns_the_writer_schema_lacks_are_null_even_where_an_avro_name_spells_them():
-    payload = pa.table({"ORDER_DATE": [1, 2], "__change_type": ["U", "U"]})  # Avro names
-    decoded = _Decoded(payload, {"ORDER DATE": "ORDER_DATE"}, _rows())
+    payload = pa.table({"ORDER_DATE": [2, 1], "__change_type": ["U", "U"]})  # Avro names
     schema = pa.schema(
         [("ORDER DATE", pa.int64()), ("ORDER_DATE", pa.int64()), ("__change_type", pa.string())]
     )
-    taken = decoded._taken(pa.array([1, 0]), schema)
+    taken = _in_table_columns(payload, {"ORDER DATE": "ORDER_DATE"}, schema)
     assert taken.to_pydict() == {
         "ORDER DATE": [2, 1],
         "ORDER_DATE": [None, None],  # another version's column: not this schema's

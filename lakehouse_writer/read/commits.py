@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.commit.system_tables import local_frame
+from lakehouse_writer.runtime.frames import local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
