@@ -74,6 +74,22 @@ _ABORT_WAIT_S = 0.1  # > linger.ms: the aborted rows reach the log before the ab
 GROUP = 8  # sequences per writer run (see the module docstring); 13 was slower (253 s vs 233 s)
 SPLIT_GROUP = 4  # ... when the run's micro-batches are capped (three times the batches)
 WRITERS = 2  # groups applied at the same time, each by its own writer (streaming query)
+# The ways a batch can travel through the writer, as the settings that choose them. Every
+# sequence is applied by one of them, every way applies some: a table's rows must come out the
+# same whichever engine writes them and whichever way they are read.
+PATHS: dict[str, dict[str, str]] = {
+    # the defaults: a small batch read by a consumer in the driver, decoded there by DuckDB,
+    # merged by delta-rs (Spark where delta-rs declines)
+    "driver": {},
+    # read and decoded by Spark's job, merged by delta-rs
+    "spark-read": {"LAKEHOUSE_DRIVER_READ_ROWS": "0"},
+    # Spark alone; a reload into an empty table is bet on from its first row
+    "spark": {
+        "LAKEHOUSE_DRIVER_READ_ROWS": "0",
+        "LAKEHOUSE_SMALL_MERGE_ROWS": "0",
+        "LAKEHOUSE_RELOAD_ONE_PASS_MIN_ROWS": "1",
+    },
+}
 ALL_COLUMNS = ("K1", "K2", "REGION", "GRP", "NOTE", "AMT", "TS", "SEQ")
 
 
@@ -148,6 +164,8 @@ def harness(spark, kafka_bootstrap, kafka_admin, tmp_path, monkeypatch) -> Itera
     """The test's harness; its topics are deleted afterwards."""
     # the producer writes _flow_schemas
     monkeypatch.delenv("LAKEHOUSE_SCHEMAS_TOPIC", raising=False)
+    for name in {n for settings in PATHS.values() for n in settings}:
+        monkeypatch.delenv(name, raising=False)
     made = Harness(spark, kafka_bootstrap, kafka_admin, tmp_path, [])
     yield made
     if made.topics:
@@ -363,8 +381,16 @@ def compare(
     return problems
 
 
-def check_flows(harness: Harness, count: int, scoped: bool, split_batches: bool = False) -> None:
+def check_flows(
+    harness: Harness,
+    count: int,
+    scoped: bool,
+    split_batches: bool = False,
+    paths: tuple[str, ...] = tuple(PATHS),
+) -> None:
     """Generate ``count`` sequences, apply them in groups, compare every one with the model.
+
+    The groups are dealt out over ``paths``: each way through the writer applies some.
 
     With ``split_batches`` every group's writer runs cap their micro-batches
     (``--max-offsets-per-trigger``) so a run applies its rows in about three batches, and
@@ -376,7 +402,10 @@ def check_flows(harness: Harness, count: int, scoped: bool, split_batches: bool 
     size = SPLIT_GROUP if split_batches else GROUP
     flows = [Flow.of(ordered[start : start + size]) for start in range(0, len(ordered), size)]
     # only the groups of pausing sequences need a second writer run
-    reports = apply_groups(harness, flows, batches=3 if split_batches else 1)
+    try:
+        reports = apply_groups(harness, flows, batches=3 if split_batches else 1, paths=paths)
+    except Exception as exc:  # a writer run failed: the seed replays it too
+        raise AssertionError(f"REFERENCE_MODEL_SEED={generation_seed}: {exc}") from exc
     assert aborted_on_log(flows) or all(t.committed for s in seqs for t in s.transactions)
     print("\n\n".join(reports))  # all of them, in the captured output
     assert not reports, (
@@ -385,11 +414,27 @@ def check_flows(harness: Harness, count: int, scoped: bool, split_batches: bool 
     )
 
 
-def apply_groups(harness: Harness, flows: list[Flow], batches: int = 1) -> list[str]:
-    """:func:`apply_group` of every flow, :data:`WRITERS` at a time; the reports in order."""
-    with ThreadPoolExecutor(WRITERS, thread_name_prefix="refmodel") as pool:
-        applied = [pool.submit(apply_group, harness, flow, batches) for flow in flows]
-        return [report for future in applied for report in future.result()]
+def apply_groups(
+    harness: Harness, flows: list[Flow], batches: int = 1, paths: tuple[str, ...] = ("driver",)
+) -> list[str]:
+    """:func:`apply_group` of every flow, the flows dealt out over ``paths`` (:data:`PATHS`).
+
+    One path after the other, under its settings; a path's flows :data:`WRITERS` at a time.
+    Every report names the path that applied its table.
+    """
+    reports = []
+    for i, path in enumerate(paths):
+        with (
+            pytest.MonkeyPatch.context() as env,
+            ThreadPoolExecutor(WRITERS, thread_name_prefix="refmodel") as pool,
+        ):
+            for name, value in PATHS[path].items():
+                env.setenv(name, value)
+            applied = [
+                pool.submit(apply_group, harness, f, batches) for f in flows[i :: len(paths)]
+            ]
+            reports += [f"path {path}: {r}" for future in applied for r in future.result()]
+    return reports
 
 
 def apply_group(harness: Harness, flow: Flow, batches: int = 1) -> list[str]:
@@ -432,9 +477,10 @@ def test_capped_batches_apply_transactions_whole_and_in_commit_order(harness, pi
     assert not reports, "\n\n".join(reports)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.slow
-def test_fixed_writer_bugs(harness):
-    """The minimal sequences of writer bugs fixed since, compared strictly.
+def test_fixed_writer_bugs(harness, path):
+    """The minimal sequences of writer bugs fixed since, compared strictly, on every path.
 
     In two writer runs side by side, one table each (``S<i>`` is the i-th of
     ``FIXED_WRITER_BUGS``).
@@ -442,7 +488,7 @@ def test_fixed_writer_bugs(harness):
     cases = list(model.FIXED_WRITER_BUGS.items())
     seqs = [replace(seq, name=f"S{i:03d}") for i, (_, seq) in enumerate(cases)]
     half = (len(seqs) + 1) // 2
-    reports = apply_groups(harness, [Flow.of(seqs[:half]), Flow.of(seqs[half:])])
+    reports = apply_groups(harness, [Flow.of(seqs[:half]), Flow.of(seqs[half:])], paths=(path,))
     names = ", ".join(f"S{i:03d}={name}" for i, (name, _) in enumerate(cases))
     assert not reports, f"tables: {names}\n\n" + "\n\n".join(reports)
 
