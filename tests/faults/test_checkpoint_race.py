@@ -4,6 +4,11 @@ They race to create Spark's ``metadata`` file in the checkpoint; the loser used 
 the file system's ``FileAlreadyExistsException: ... metadata already exists`` and write it as
 ``failed`` into the winner's status file. Now it says that another writer uses the checkpoint
 and leaves the winner's status alone; the winner applies the rows once.
+
+Both writers wait for each other just before Spark's ``DataStreamWriter.start`` (where the
+query creates the checkpoint's ``metadata``): on a loaded machine the two startups (settings,
+probes, topic listing) otherwise drift apart by seconds and the second writer simply finds
+the first one's checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from lakehouse_writer.cli import main
 from lakehouse_writer.runtime.status import read_status
@@ -28,6 +34,7 @@ def test_the_writer_that_loses_the_race_says_another_uses_the_checkpoint(
     monkeypatch.setenv("LAKEHOUSE_SCHEMAS_TOPIC", schemas)
     row = {"ID": 1, "NAME": "a", "__change_type": "I", "__change_time": T0}
     produce_transaction(kafka_bootstrap, topic, schema, [row])
+    _queries_start_together(monkeypatch)
     for attempt in range(RACES):  # the starts overlap nearly always; a miss is run again
         lake, checkpoint = tmp_path / f"lake{attempt}", tmp_path / f"ckpt{attempt}"
         caplog.clear()
@@ -44,6 +51,18 @@ def test_the_writer_that_loses_the_race_says_another_uses_the_checkpoint(
 
 
 RACES = 3
+
+
+def _queries_start_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make two writers' ``DataStreamWriter.start`` calls wait for each other."""
+    queries = threading.Barrier(2, timeout=120)
+    start_query = DataStreamWriter.start
+
+    def start_together(self, *args, **kwargs):
+        queries.wait()
+        return start_query(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataStreamWriter, "start", start_together)
 
 
 def _start_two(argv: list[str]) -> list[int]:
