@@ -101,7 +101,9 @@ class Overview:
             "writer": _writer(report),
             "tables": [_table(n, facts[n], report, now) for n in names],
             "topics": _topics(
-                status.get("lag") or {}, read_history(self._settings.checkpoint_path, now)
+                status.get("lag") or {},
+                _epoch(status.get("updated_at")),
+                read_history(self._settings.checkpoint_path, now),
             ),
             "runs": [_run(r) for r in read_runs(lakehouse)],
             "rejected": [_rejected(g) for g in read_rejected(lakehouse)],
@@ -142,19 +144,37 @@ def _table(name: str, facts: TableFacts | None, report: StatusReport, now: float
     }
 
 
-def _topics(lag: dict[str, int], buckets: list[Bucket]) -> list[dict[str, Any]]:
+def _epoch(iso: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(iso)).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+def _topics(
+    lag: dict[str, int], lag_at: float | None, buckets: list[Bucket]
+) -> list[dict[str, Any]]:
+    """Per topic the lag now and the series of the buckets, ended by the status file's lag.
+
+    The history file is written when a bucket opens; the status file holds the lag of the
+    latest progress report, so the lag line ends at the value the heading shows.
+    """
     names = sorted({*lag, *(t for b in buckets for t in (*b.lag, *b.read))})
+    newer = lag_at is not None and (not buckets or lag_at > buckets[-1].start)
     return [
         {
             "topic": topic,
             "lag": lag.get(topic),
             "series": [
-                {
-                    "t": b.start,
-                    "lag": b.lag.get(topic),
-                    "rows_per_s": round(b.read.get(topic, 0) / STEP_S, 3),
-                }
-                for b in buckets
+                *(
+                    {
+                        "t": b.start,
+                        "lag": b.lag.get(topic),
+                        "rows_per_s": round(b.read.get(topic, 0) / STEP_S, 3),
+                    }
+                    for b in buckets
+                ),
+                *([{"t": lag_at, "lag": lag.get(topic), "rows_per_s": None}] if newer else []),
             ],
         }
         for topic in names
