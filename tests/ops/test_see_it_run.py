@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -143,6 +144,8 @@ def _applied(stack_lake: Path, function: str) -> bool:
 def stack(kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[Stack]:
     from confluent_kafka.admin import NewTopic
 
+    if not any(shutil.which(p) for p in ("chromium", "prometheus")):  # spare the writer's start
+        need("chromium")
     work = tmp_path_factory.mktemp("see_it_run")
     topic, schemas = topic_name("see_it_run"), topic_name("see_it_run", "_schemas")
     created = kafka_admin.create_topics(
