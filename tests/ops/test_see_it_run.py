@@ -205,6 +205,8 @@ def stack(kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[Stack]:
                     writer.wait(120)
                 except subprocess.TimeoutExpired:
                     writer.kill9()
+            for future in kafka_admin.delete_topics([topic, schemas]).values():
+                future.result(timeout=30)
 
 
 _READ_DOM = """
