@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install jars postgres test test-fast test-slow demo bench soak lint up down clean
+.PHONY: help install jars postgres browser-tools test test-fast test-slow demo bench soak lint up down clean
 
 help:
 	@echo "make demo       run the demo pipeline end to end (sets everything up)"
@@ -40,13 +40,17 @@ jars: $(STAMP)
 postgres:
 	scripts/install-postgres.sh
 
-test: jars postgres
+# The "see it run" tests (tests/ops) drive headless chromium and start a Prometheus server.
+browser-tools:
+	scripts/install-browser-tools.sh
+
+test: jars postgres browser-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: jars postgres
+test-fast: jars postgres browser-tools
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: jars postgres
+test-slow: jars postgres browser-tools
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 demo: jars

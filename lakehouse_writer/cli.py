@@ -3,7 +3,8 @@
 ``status`` and ``resume-table NAMESPACE.NAME`` (same ``--lakehouse``/``--checkpoint``) are the
 operator's commands (:mod:`lakehouse_writer.ops.admin`, docs/OPERATIONS.md); ``maintain
 [--table NAMESPACE.NAME ...] [--dry-run]`` compacts, vacuums and checkpoints the tables
-(:mod:`lakehouse_writer.tables.maintain`). ``run`` serves
+(:mod:`lakehouse_writer.tables.maintain`); ``ui [--host H] [--port P]`` serves the status page
+(:mod:`lakehouse_writer.ops.ui`). ``run`` serves
 metrics and commits to a monitoring consumer group as ``LAKEHOUSE_METRICS_PORT`` and
 ``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.ops.watch`).
 
@@ -63,6 +64,7 @@ examples:
   lakehouse-writer status --lakehouse ./lake --checkpoint ./ckpt
   lakehouse-writer resume-table SHOP.ORDERS --lakehouse ./lake --checkpoint ./ckpt
   lakehouse-writer maintain --lakehouse ./lake --dry-run
+  lakehouse-writer ui --lakehouse ./lake --checkpoint ./ckpt --port 8790
 
 Logs go to stderr: LOG_FORMAT=json for one JSON object a line, LOG_LEVEL=DEBUG for more.
 """
@@ -150,7 +152,39 @@ def _parser() -> argparse.ArgumentParser:
         help="only this table (repeatable; default: every table of the lakehouse)",
     )
     maintain.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _ui_parser(sub, [where, spark])
     return parser
+
+
+def _ui_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    from lakehouse_writer.ops.ui.command import DEFAULT_PORT
+
+    ui = sub.add_parser(
+        "ui",
+        parents=parents,
+        help="serve the status page: tables, lag, throughput, runs, rejected rows",
+        description="Serve a page that shows the writer of this checkpoint and its tables and "
+        "refreshes by itself; it works whether the writer runs or not. It needs the "
+        "credentials producer-lib serve takes (FLOW_AUTH_*, function name lakehouse-writer; "
+        "open it as http://HOST:PORT/?code=KEY); without any it serves on loopback only. "
+        "Exit code 0: stopped by SIGTERM or Ctrl-C, 1: cannot listen, 2: a bad setting.",
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    ui.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on ({DEFAULT_PORT})"
+    )
+    ui.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve without authentication beyond loopback (development only)",
+    )
+    ui.add_argument(
+        "--refresh",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often the page refreshes itself (5)",
+    )
 
 
 def _where_arguments() -> argparse.ArgumentParser:
@@ -223,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``run``: 1 failed, 2 bad settings. ``status``: 0 healthy, 1 failed or a table stopped,
     2 bad settings, 3 no status yet. ``resume-table``: 0 resumed, 1 refused, 2 bad settings.
-    ``maintain``: 0 every table done, 1 a table failed (named), 2 bad settings.
+    ``maintain``: 0 every table done, 1 a table failed (named), 2 bad settings. ``ui``: 0
+    stopped by a signal, 1 cannot listen, 2 bad settings (no authentication beyond loopback).
     """
     from lakehouse_writer.errors import WriterFailed
 
@@ -355,17 +390,31 @@ def jvm_logging(
     return {_JAVA_OPTIONS: " ".join([*quoted, theirs]).strip()}
 
 
+def _ui(args: argparse.Namespace, settings: LakehouseSettings, session: Any) -> int:
+    """``ui``: serve the status page until SIGTERM or Ctrl-C."""
+    from lakehouse_writer.ops.ui.command import ui_command
+
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    return ui_command(settings, session, args.host, args.port, args.insecure, args.refresh, stop)
+
+
 def admin_command(args: argparse.Namespace) -> int:
-    """``status``, ``resume-table`` (admin) or ``maintain``; returns the exit code."""
+    """``status``, ``resume-table``, ``maintain`` or ``ui``; returns the exit code."""
     from lakehouse_writer.errors import LakehouseWriterError
     from lakehouse_writer.ops.admin import resume_command, status_command
     from lakehouse_writer.settings import LakehouseSettings
     from lakehouse_writer.tables.maintain import maintain_command
 
     try:
-        configure_logging("WARNING")  # LOG_FORMAT, LOG_LEVEL: an operator's command says little
+        # LOG_FORMAT, LOG_LEVEL: an operator's command says little; a server logs its requests.
+        configure_logging("INFO" if args.command == "ui" else "WARNING")
         settings = LakehouseSettings(**_overrides(args))
         session = partial(start_session, args, settings)
+        if args.command == "ui":
+            return _ui(args, settings, session)
         if args.command == "maintain":
             return maintain_command(
                 session, settings.lakehouse_path, args.table, args.dry_run, settings.maintain

@@ -1,48 +1,29 @@
-"""Prometheus text exposition format (0.0.4): metric families as lines, for ``/metrics``.
+"""``/metrics`` through prometheus-client: a registry per server, the exposition it negotiates.
 
 Shared by ``producer-lib serve`` (:mod:`producer_lib.runner.metrics`) and the lakehouse
-writer (:mod:`lakehouse_writer.ops.metrics`); no client library needed.
+writer (:mod:`lakehouse_writer.ops.metrics`). Each keeps its metrics in a registry of its own
+(not the library's process-wide ``REGISTRY``: a flow that uses prometheus-client itself keeps
+its metrics apart, and tests can build as many servers as they like), and answers a scrape
+with :func:`exposition`: the format the scraper's ``Accept`` header asks for (OpenMetrics for
+Prometheus, the classic text format 0.0.4 for anything that asks for nothing in particular).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder
 
-__all__ = ["CONTENT_TYPE", "Sample", "family", "summary"]
+__all__ = ["CONTENT_TYPE", "exposition", "new_registry"]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-Sample = tuple[Mapping[str, str], float]  # (labels, value)
-
-
-def family(name: str, kind: str, doc: str, samples: Iterable[Sample]) -> list[str]:
-    """``# HELP``, ``# TYPE`` and one line per sample of metric ``name``."""
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
-    lines += [f"{name}{_labels(labels)} {_number(value)}" for labels, value in samples]
-    return lines
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what a scrape without an Accept header gets
 
 
-def summary(
-    name: str, doc: str, samples: Iterable[tuple[Mapping[str, str], float, int]]
-) -> list[str]:
-    """A summary without quantiles: ``name_sum`` and ``name_count`` per label set."""
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} summary"]
-    for labels, total, count in samples:
-        lines += [
-            f"{name}_sum{_labels(labels)} {_number(total)}",
-            f"{name}_count{_labels(labels)} {count}",
-        ]
-    return lines
+def new_registry() -> CollectorRegistry:
+    """An empty registry of one server's metrics."""
+    return CollectorRegistry(auto_describe=True)
 
 
-def _labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def exposition(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:
+    """The body and content type of a scrape whose ``Accept`` header is ``accept``."""
+    encode, content_type = choose_encoder(accept or "")
+    return encode(registry), content_type

@@ -10,7 +10,9 @@ Settings (environment variables of :class:`~lakehouse_writer.settings.LakehouseS
   id>`` (one per checkpoint; ``lakehouse-writer status`` prints it); ``off``: none.
 
 Always on: :class:`~lakehouse_writer.ops.expiry.ExpiryWatch` warns when rows the writer has not
-read yet have used half of their topic's retention (before Kafka deletes them).
+read yet have used half of their topic's retention (before Kafka deletes them);
+:class:`~lakehouse_writer.ops.history.History` keeps the last hour of lag and throughput per
+topic in the checkpoint, for the status page (``lakehouse-writer ui``).
 
 :func:`watching` starts what the settings ask for around a run and stops it after.
 """
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse_writer.engines import ids
 from lakehouse_writer.ops.expiry import ExpiryWatch
+from lakehouse_writer.ops.history import History
 from lakehouse_writer.ops.metrics import MetricsServer, WriterMetrics
 from lakehouse_writer.ops.monitor import MonitorGroup, default_group
 from lakehouse_writer.runtime.status import StatusObserver, observed
@@ -62,8 +65,8 @@ def watching(settings: LakehouseSettings) -> Iterator[WriterMetrics | None]:
     metrics: WriterMetrics | None = None
     with ExitStack() as stack:
         if watch.metrics_port:
-            metrics = WriterMetrics()
-            server = MetricsServer(metrics.render, watch.metrics_port, watch.metrics_host)
+            metrics = WriterMetrics(settings.lakehouse_path)
+            server = MetricsServer(metrics.scrape, watch.metrics_port, watch.metrics_host)
             stack.enter_context(server)
             observers.append(metrics)
         if monitor_group_of(watch, "x") is not None:
@@ -79,5 +82,8 @@ def watching(settings: LakehouseSettings) -> Iterator[WriterMetrics | None]:
         expiry = ExpiryWatch(settings.kafka_client_conf())
         stack.callback(expiry.close)
         observers.append(expiry)
+        history = History(settings.checkpoint_path)
+        stack.callback(history.save)
+        observers.append(history)
         stack.enter_context(observed(*observers))
         yield metrics

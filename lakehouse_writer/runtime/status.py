@@ -239,6 +239,18 @@ def partition_lag(progress: Mapping[str, Any] | None) -> dict[Partition, int]:
     return lag
 
 
+def offsets_read(progress: Mapping[str, Any] | None) -> dict[str, int]:
+    """Offsets the batch of a progress report read past, per topic (its rows and markers)."""
+    read: dict[str, int] = {}
+    for source in (progress or {}).get("sources", []):
+        start, end = (_offsets(source.get(k)) for k in ("startOffset", "endOffset"))
+        for (topic, partition), last in end.items():
+            # No start: the query's first batch, read from the partition's beginning.
+            first = start.get((topic, partition), 0)
+            read[topic] = read.get(topic, 0) + max(0, last - first)
+    return read
+
+
 def end_offsets(progress: Mapping[str, Any] | None) -> dict[Partition, int]:
     """The offset after the last one the batch read, per topic partition (Kafka's "committed")."""
     ends: dict[Partition, int] = {}

@@ -2,8 +2,8 @@
 
 :func:`add_metrics` adds the route and a middleware to the server's application: every run
 ``POST /run`` answers is counted when it ends — at once for a 200/4xx/5xx
-answer, when its task ends for one answered 202 that goes on. Prometheus text
-(:mod:`producer_lib.prometheus`):
+answer, when its task ends for one answered 202 that goes on. Kept with prometheus-client in
+a registry per application (:mod:`producer_lib.prometheus`):
 
 - ``producer_runs_total{function,dataflow,status}``: runs by outcome (``COMPLETED``,
   ``FAILED``, ``REJECTED``: bad parameters, a concurrent run refused, a body too large, a
@@ -11,22 +11,24 @@ answer, when its task ends for one answered 202 that goes on. Prometheus text
 - ``producer_run_failures_total{function,dataflow}``: the ``FAILED`` ones;
 - ``producer_rows_total{function,table}``: rows produced (of completed and failed runs:
   a failed run's rows were aborted, but they were read and sent);
-- ``producer_run_duration_seconds{function}`` (``_sum``, ``_count``): runs that ran;
+- ``producer_run_duration_seconds{function}`` (a histogram): runs that ran;
 - ``producer_last_success_timestamp_seconds{function,dataflow}``: when a run last completed;
 - ``producer_runs_in_progress{function}``.
+
+Counts and names only: no row's values, no run id, no error text.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from prometheus_client import Counter, Gauge, Histogram
 
-from producer_lib.prometheus import CONTENT_TYPE, family, summary
+from producer_lib.prometheus import exposition, new_registry
 from producer_lib.runner.runs import REGISTRY
 
 if TYPE_CHECKING:
@@ -36,79 +38,69 @@ __all__ = ["RunMetrics", "add_metrics"]
 
 _KEY = web.AppKey("producer_lib_run_metrics", object)
 _RUN_PATH = "/run"
+# A flow run takes from a second (a delta load) to many minutes (an initial load).
+_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class RunMetrics:
-    """Counts of the runs this process answered (thread-safe)."""
+    """Counts of the runs this process answered (prometheus-client's metrics: thread-safe)."""
 
     def __init__(self, function_name: str) -> None:
         """Nothing counted yet for flow ``function_name``."""
         self.function = function_name
-        self._lock = threading.Lock()
-        self._runs: dict[tuple[str, str], int] = {}  # (dataflow, status) -> runs
-        self._rows: dict[str, int] = {}
-        self._duration_sum, self._duration_count = 0.0, 0
-        self._success: dict[str, float] = {}  # dataflow -> Unix time
+        self.registry = new_registry()
+        flow = ["function", "dataflow"]
+        self._runs = Counter(
+            "producer_runs", "Runs answered, by outcome.", [*flow, "status"], registry=self.registry
+        )
+        self._failures = Counter(
+            "producer_run_failures", "Runs that failed.", flow, registry=self.registry
+        )
+        self._rows = Counter(
+            "producer_rows",
+            "Rows produced, per table.",
+            ["function", "table"],
+            registry=self.registry,
+        )
+        self._duration = Histogram(
+            "producer_run_duration_seconds",
+            "Seconds each run took.",
+            ["function"],
+            buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._success = Gauge(
+            "producer_last_success_timestamp_seconds",
+            "When a run last completed (Unix time).",
+            flow,
+            registry=self.registry,
+        )
+        running = Gauge(
+            "producer_runs_in_progress",
+            "Runs in progress here.",
+            ["function"],
+            registry=self.registry,
+        )
+        running.labels(function_name).set_function(lambda: len(REGISTRY.running(function_name)))
 
     def record(self, body: Mapping[str, Any]) -> None:
         """Count the run whose answer (or final state) is ``body``."""
         status = str(body.get("status") or "UNKNOWN")
         dataflow = str(body.get("dataflow") or "default")
-        with self._lock:
-            self._runs[(dataflow, status)] = self._runs.get((dataflow, status), 0) + 1
-            for table, rows in (body.get("rows") or {}).items():
-                self._rows[table] = self._rows.get(table, 0) + int(rows)
-            if isinstance(body.get("duration_s"), int | float):
-                self._duration_sum += float(body["duration_s"])
-                self._duration_count += 1
-            if status == "COMPLETED":
-                self._success[dataflow] = time.time()
+        self._runs.labels(self.function, dataflow, status).inc()
+        if status == "FAILED":
+            self._failures.labels(self.function, dataflow).inc()
+        for table, rows in (body.get("rows") or {}).items():
+            self._rows.labels(self.function, table).inc(int(rows))
+        if isinstance(body.get("duration_s"), int | float):
+            self._duration.labels(self.function).observe(float(body["duration_s"]))
+        if status == "COMPLETED":
+            self._success.labels(self.function, dataflow).set(time.time())
 
-    def render(self) -> str:
-        """The metrics in Prometheus text format."""
-        f = self.function
-        running = len(REGISTRY.running(f))
-        with self._lock:
-            runs = sorted(self._runs.items())
-            lines = [
-                *family(
-                    "producer_runs_total",
-                    "counter",
-                    "Runs answered, by outcome.",
-                    [({"function": f, "dataflow": d, "status": s}, n) for (d, s), n in runs],
-                ),
-                *family(
-                    "producer_run_failures_total",
-                    "counter",
-                    "Runs that failed.",
-                    [({"function": f, "dataflow": d}, n) for (d, s), n in runs if s == "FAILED"],
-                ),
-                *family(
-                    "producer_rows_total",
-                    "counter",
-                    "Rows produced, per table.",
-                    [({"function": f, "table": t}, n) for t, n in sorted(self._rows.items())],
-                ),
-                *summary(
-                    "producer_run_duration_seconds",
-                    "Seconds each run took.",
-                    [({"function": f}, self._duration_sum, self._duration_count)],
-                ),
-                *family(
-                    "producer_last_success_timestamp_seconds",
-                    "gauge",
-                    "When a run last completed (Unix time).",
-                    [({"function": f, "dataflow": d}, t) for d, t in sorted(self._success.items())],
-                ),
-                *family(
-                    "producer_runs_in_progress",
-                    "gauge",
-                    "Runs in progress here.",
-                    [({"function": f}, running)],
-                ),
-            ]
-        return "\n".join(lines) + "\n"
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The metrics as a scrape asks for them: body and content type."""
+        return exposition(self.registry, accept)
 
 
 def add_metrics(app: web.Application, runner: FunctionRunner) -> web.Application:
@@ -121,8 +113,9 @@ def add_metrics(app: web.Application, runner: FunctionRunner) -> web.Application
     metrics = RunMetrics(runner.function_name)
     app[_KEY] = metrics
 
-    async def scrape(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.render().encode(), headers={"Content-Type": CONTENT_TYPE})
+    async def scrape(request: web.Request) -> web.Response:
+        body, content_type = metrics.render(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     @web.middleware
     async def count(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -18,6 +18,7 @@ from lakehouse_writer.ops.metrics import MetricsServer, MetricsUnavailable, Writ
 from lakehouse_writer.ops.watch import monitor_group_of
 from lakehouse_writer.runtime.status import BatchStats, observed, write_status
 from lakehouse_writer.settings import LakehouseSettings
+from tests.support.metrics import Samples, samples
 
 
 def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:
@@ -25,10 +26,8 @@ def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:
         return response.headers["Content-Type"], response.read().decode()
 
 
-def _samples(text: str) -> dict[str, float]:
-    """``name{labels}`` -> value of every sample line."""
-    lines = [line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#")]
-    return {name: float(value) for name, value in lines}
+def _samples(text: str) -> Samples:
+    return samples(text)
 
 
 def _progress(batch_id: int, ends: dict, latest: dict, ms: int | None = 1500) -> dict:
@@ -44,7 +43,7 @@ def _progress(batch_id: int, ends: dict, latest: dict, ms: int | None = 1500) ->
 def test_a_scrape_shows_rows_per_table_lag_per_partition_durations_and_stopped_tables(tmp_path):
     metrics = WriterMetrics()
     checkpoint = str(tmp_path / "ckpt")
-    with MetricsServer(metrics.render, 0, "127.0.0.1") as server, observed(metrics):
+    with MetricsServer(metrics.scrape, 0, "127.0.0.1") as server, observed(metrics):
         stats = BatchStats(
             batch_id=0,
             rows={"SHOP.ORDERS": 4, 'A."B"': 1},
@@ -89,7 +88,7 @@ def test_a_scrape_shows_rows_per_table_lag_per_partition_durations_and_stopped_t
 
 def test_a_failed_writer_shows_state_failed_and_other_paths_are_404(tmp_path):
     metrics = WriterMetrics()
-    with MetricsServer(metrics.render, 0, "127.0.0.1") as server, observed(metrics):
+    with MetricsServer(metrics.scrape, 0, "127.0.0.1") as server, observed(metrics):
         write_status(str(tmp_path), BatchStats(state="failed", error="KafkaUnreachable: x"))
         got = _samples(_scrape(server.port)[1])
         with pytest.raises(urllib.error.HTTPError, match="404"):
@@ -104,7 +103,7 @@ def test_a_busy_port_is_named(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(MetricsUnavailable, match=f"LAKEHOUSE_METRICS_PORT.*port={port}"):
-            MetricsServer(WriterMetrics().render, port, "127.0.0.1")
+            MetricsServer(WriterMetrics().scrape, port, "127.0.0.1")
 
 
 def test_observers_are_gone_after_the_block(tmp_path):

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from lakehouse_writer.cli import main
+from tests.support.metrics import samples
 from tests.support.ports import free_port_pair
 from tests.support.writer import (
     T0,
@@ -94,8 +95,7 @@ def test_after_a_run_the_monitor_group_holds_the_writers_end_offsets(
 def _scrape(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    lines = [line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#")]
-    return {name: float(value) for name, value in lines}
+    return samples(text)
 
 
 def _wait_for(port: int, name: str, value: float, writer: WriterProcess) -> dict[str, float]:

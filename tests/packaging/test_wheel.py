@@ -219,7 +219,9 @@ def test_the_wheel_reports_its_version_from_the_git_tags(
         names = archive.namelist()
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "no LICENSE"
-        assert "lakehouse_writer/log4j2/json.properties" in names
+        assert "lakehouse_writer/runtime/log4j2/json.properties" in names
+        for page in ("index.html", "app.js", "plot.js", "style.css"):  # the status page's files
+            assert f"lakehouse_writer/ops/ui/static/{page}" in names
     assert f"\nVersion: {version}\n" in metadata.decode()
     said = base_venv.run("producer-lib", "--version", cwd=tmp_path).stdout
     assert said == f"producer-lib {version}\n"

@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from producer_lib.runner.metrics import add_metrics
 from producer_lib.runner.serve import build_app
+from tests.support.metrics import Samples, samples
 from tests.support.runner_flows import NumbersFlow
 
 pytestmark = pytest.mark.kafka
@@ -28,9 +29,8 @@ def flow_env(monkeypatch, kafka_bootstrap, new_topic):
     return function
 
 
-def _samples(text: str) -> dict[str, float]:
-    lines = [line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#")]
-    return {name: float(value) for name, value in lines}
+def _samples(text: str) -> Samples:
+    return samples(text)
 
 
 async def _scrape(client: TestClient) -> dict[str, float]:
