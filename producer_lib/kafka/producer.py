@@ -23,17 +23,16 @@ from itertools import chain
 from typing import Any, Self
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 from producer_lib.errors import ProduceError, SchemaError
+from producer_lib.kafka._encode import Constants, encode_batch
 from producer_lib.kafka._encode_process import ExportEncoding
 from producer_lib.kafka._ledger import CommitHook, PendingCommit
 from producer_lib.kafka._send import EncodedBatch, RowRejected, rejected_row_error, send_batch
 from producer_lib.kafka._target import Target, build_target, check_columns, relation, row_table
 from producer_lib.kafka._transactional import TransactionalProducer
 from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
-from producer_lib.kafka.partitioner import partitions_for_keys
 from producer_lib.kafka.progress import Progress
 from producer_lib.kafka.topics import align_topic_config, data_topic_config, ensure_topic
 from producer_lib.schema.names import table_name_problem
@@ -195,7 +194,7 @@ class KafkaProducer(TransactionalProducer):
 
     # -- producing ------------------------------------------------------------------------
 
-    def _constants(self, target: Target, row_type: RowType, txn_time: int) -> tuple[dict, dict]:
+    def _constants(self, target: Target, row_type: RowType, txn_time: int) -> Constants:
         values = {
             "__change_type": RowType(row_type).value,
             "__change_time": txn_time,
@@ -234,14 +233,10 @@ class KafkaProducer(TransactionalProducer):
             keys, values = self._constants(target, row_type, ledger.transaction_time)
             key_table = row_table(key_row, target.key_schema.get_pyarrow(), target, "key")
             value_table = row_table(value_row, target.value_schema.get_pyarrow(), target, "value")
-            kbuf = target.key_encoder.encode_buffer(key_table, keys, target.key_header)
-            vbuf = target.value_encoder.encode_buffer(value_table, values, target.value_header)
-            if partition is None:
-                parts = partitions_for_keys(kbuf[0], kbuf[1], target.partitions)
-            else:
-                parts = np.array([partition], dtype=np.int64)
-            batch = EncodedBatch.from_buffers(kbuf, vbuf, parts, target.partitions, key_table)
-            self._send(target, batch, rows_before=None)
+            buffers = encode_batch(
+                target.encoding, value_table, (keys, values), partition, key_rows=key_table
+            )
+            self._send(target, EncodedBatch.from_buffers(buffers, key_table), rows_before=None)
 
     def produce_from_duckdb(
         self,
