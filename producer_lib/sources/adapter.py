@@ -79,24 +79,6 @@ class LoadRecord:
     source_schema: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
-def rows_to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
-    """Turn a page of row tuples into an Arrow table of ``schema`` (column by column).
-
-    Raises:
-        SourceError: A value does not fit its column's type (names the column).
-    """
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-    arrays = []
-    for item, values in zip(schema, columns, strict=True):
-        try:
-            arrays.append(pa.array(values, type=item.type, from_pandas=False))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise SourceError(
-                f"Value does not fit its column: {exc}", column=item.name, arrow_type=str(item.type)
-            ) from exc
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
 class PageRows(int):
     """The rows :meth:`SourceAdapter.insert_page` appended: an ``int`` that ``await`` accepts.
 
