@@ -60,7 +60,7 @@ from producer_lib.schema import (
     ValueSchema,
 )
 from producer_lib.schema.rows import rows_to_arrow
-from producer_lib.sources.adapter import SourceAdapter
+from producer_lib.sources.adapter import SourceAdapter, settle
 from producer_lib.sources.dictionary import (
     SourceTable,
     apply_dictionary,
@@ -315,7 +315,9 @@ class PostgresReader(SourceAdapter):
             async with self.pg.cursor(name="flow_load") as cur:
                 await cur.execute(sql)  # type: ignore[arg-type]
                 while rows := await cur.fetchmany(self.page_size):
-                    await self.insert_page(duckdb_table, _page(rows, page_schema, duckdb_table))
+                    await settle(
+                        self.insert_page(duckdb_table, _page(rows, page_schema, duckdb_table))
+                    )
         except psycopg.Error as exc:
             raise SourceError(
                 f"Reading from PostgreSQL failed: {exc}", table=duckdb_table, sql=sql
