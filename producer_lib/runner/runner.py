@@ -33,6 +33,7 @@ from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC, LINEAGE_TOPIC
 from producer_lib.runner.execution_log import ExecutionRecord, LoadKind, log_key, read_latest
 from producer_lib.runner.lineage_records import lineage_records
 from producer_lib.runner.result import RunFailed, RunResult
+from producer_lib.runner.runs import azure_http
 from producer_lib.settings import FlowSettings, KafkaSettings
 from producer_lib.sources import DuckDBReader, SourceAdapter
 
@@ -176,8 +177,6 @@ class FunctionRunner:
         409 (a concurrent run took over), 500 (failed) or 503 (retry later); see
         :mod:`producer_lib.runner.triggers`. ``producer`` and ``reader`` as in :meth:`run`.
         """
-        from producer_lib.runner.runs import azure_http
-
         return await azure_http(self, req, producer, reader)
 
     # -- a run ----------------------------------------------------------------------------
