@@ -223,7 +223,7 @@ class TransactionalProducer:
         left_open = self._ledger is not None and self._state == "open"
         failure = self._failure if self._state == "open" else None
         if left_open:
-            self._abort("left the with block" if exc is None else f"{exc_type.__name__}")
+            self._abort("left the with block" if exc is None else type(exc).__name__)
         self._close()
         if left_open and exc is None:
             raise ProduceError(

@@ -30,7 +30,13 @@ from typing import Any, Literal, get_args
 from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.producer import KafkaProducer, PendingCommit
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC, LINEAGE_TOPIC
-from producer_lib.runner.execution_log import ExecutionRecord, LoadKind, log_key, read_latest
+from producer_lib.runner.execution_log import (
+    ExecutionRecord,
+    LoadKind,
+    RunStatus,
+    log_key,
+    read_latest,
+)
 from producer_lib.runner.lineage_records import lineage_records
 from producer_lib.runner.result import RunFailed, RunResult
 from producer_lib.runner.runs import azure_http
@@ -151,7 +157,7 @@ class FunctionRunner:
         """
         try:  # the settings' own errors name the variable and never show a value
             environment = FlowSettings().environment
-            settings = settings or KafkaSettings()
+            settings = settings or KafkaSettings.from_env()
         except ConfigError as exc:
             raise ConfigError(exc.message, **{**exc.context, "flow": self.function_name}) from None
         return KafkaProducer(
@@ -309,7 +315,9 @@ class FunctionRunner:
 
         return hook
 
-    def _record(self, run: _Run, status: str, *, pointer: Any, **extra: Any) -> ExecutionRecord:
+    def _record(
+        self, run: _Run, status: RunStatus, *, pointer: Any, **extra: Any
+    ) -> ExecutionRecord:
         finished = None if status == "STARTED" else _now()
         commit_id = run.commit_ids[-1] if run.commit_ids else None
         fields = {"commit_id": commit_id, **extra}
@@ -322,7 +330,7 @@ class FunctionRunner:
             **fields,
         )
 
-    def _log_record(self, producer: KafkaProducer, run: _Run, status: str, **kw: Any) -> None:
+    def _log_record(self, producer: KafkaProducer, run: _Run, status: RunStatus, **kw: Any) -> None:
         """Write one execution-log record in its own transaction."""
         record = self._record(run, status, **kw)
         producer.produce_system_record(EXECUTION_LOG_TOPIC, *record.encode())

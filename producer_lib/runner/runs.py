@@ -348,7 +348,7 @@ async def run_status(run_id: str, query: Mapping[str, str]) -> tuple[int, dict[s
             "to look it up on _execution_log",
         }
     try:
-        settings = KafkaSettings()  # type: ignore[call-arg]  # from the environment
+        settings = KafkaSettings.from_env()
         record = await asyncio.to_thread(read_run_record, settings, log_key(*names), run_id)
     except (ConfigError, ProduceError) as exc:
         return 503, {"run_id": run_id, "status": "UNKNOWN", "error": str(exc)}

@@ -170,7 +170,8 @@ class OracleReader(SourceAdapter):
                     "OracleReader(settings, logger): user, password and dsn come from the settings",
                     secret=user.secret_name,
                 )
-            user, secret, dsn = user.user, user.password, user.dsn
+            settings = user
+            user, secret, dsn = settings.user, settings.password, settings.dsn
         elif isinstance(password, str) and dsn:
             secret = SecretStr(password)
         else:
