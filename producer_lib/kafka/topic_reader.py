@@ -40,6 +40,7 @@ __all__ = [
     "TopicReadError",
     "consumer",
     "consumer_config",
+    "high_watermarks",
     "messages_to_arrow",
     "ranges_to_end",
     "read_ranges",
@@ -123,6 +124,7 @@ def ranges_to_end(
     timeout_s: float,
     starts: Mapping[int, int] | None = None,
     partitions: Sequence[int] | None = None,
+    ends: Mapping[int, int] | None = None,
 ) -> dict[tuple[str, int], tuple[int, int]] | None:
     """From each partition's start to its end as the consumer sees it; None without the topic.
 
@@ -136,6 +138,8 @@ def ranges_to_end(
         timeout_s: How long the metadata and watermark requests may take.
         starts: Start offset per partition; default: its first offset (the low watermark).
         partitions: The partitions to read; default: all of them.
+        ends: End offset per partition, where the caller knows better (e.g.
+            :func:`high_watermarks`: through transactions still open).
 
     Returns:
         ``[start, end)`` per partition (an empty range where there is nothing).
@@ -159,10 +163,29 @@ def ranges_to_end(
                 TopicPartition(topic, partition), timeout=timeout_s
             )
             start = low if starts is None or partition not in starts else starts[partition]
-            ranges[(topic, partition)] = (start, max(start, high))
+            end = high if ends is None or partition not in ends else ends[partition]
+            ranges[(topic, partition)] = (start, max(start, end))
         return ranges
     except KafkaException as exc:
         raise TopicReadError(f"cannot read {topic}: {exc.args[0]}", topic=topic) from exc
+
+
+def high_watermarks(
+    settings_or_conf: KafkaSettings | Mapping[str, Any], topic: str, *, timeout_s: float
+) -> dict[int, int] | None:
+    """Each partition's high watermark, past transactions still open; None without the topic.
+
+    A ``read_committed`` consumer sees a partition end at the last stable offset, which also
+    lags for a moment after a commit (the broker writes the commit markers after
+    ``commit_transaction`` returns). A read that must not miss a commit that just returned
+    reads to these ends instead, and waits (up to its ``stall_s``) for the markers.
+
+    Raises:
+        TopicReadError: The cluster answered with an error for the topic.
+    """
+    with consumer(settings_or_conf, isolation_level="read_uncommitted") as probe:
+        ranges = ranges_to_end(probe, topic, timeout_s=timeout_s)
+    return None if ranges is None else {p: end for (_, p), (_, end) in ranges.items()}
 
 
 def read_ranges(

@@ -20,6 +20,7 @@ from producer_lib.kafka.topic_reader import (
     ReadStalled,
     TopicReadError,
     consumer,
+    high_watermarks,
     ranges_to_end,
     read_ranges,
 )
@@ -52,6 +53,8 @@ class ExecutionRecord:
     delta_pointer: Any = None
     commit_id: str | None = None
     error: str | None = None
+    expectations: dict[str, Any] = field(default_factory=dict)
+    """Per table: rows checked and rows failed per expectation (schema/expectations.py)."""
 
     @property
     def key(self) -> str:
@@ -87,10 +90,12 @@ def read_latest(
 
     ``where`` narrows it to the latest value it accepts (e.g. the records of one run).
 
-    Reads every partition from its start to its end as the read begins; for a
-    ``read_committed`` reader that is the last stable offset, so a transaction still open
-    there (another run's) neither counts nor is waited for. A read that stops short of that
-    end for ``timeout_s`` is an error: a stale pointer must never be used.
+    Reads every partition from its start up to the high watermark taken before reading. A
+    ``read_committed`` reader stops at the last stable offset, which lags behind the high
+    watermark while a transaction is open there (another run's) and, for a moment, after
+    one was committed (the broker writes the commit markers after ``commit_transaction``
+    returns): that end is waited for, up to ``timeout_s`` without progress, then an error:
+    a stale pointer must never be used.
 
     Raises:
         ProduceError: The topic cannot be read, or stays behind an open transaction.
@@ -98,8 +103,9 @@ def read_latest(
     wanted = key.encode()
     latest: dict[str, Any] | None = None
     try:
+        ends = high_watermarks(settings, topic, timeout_s=settings.connect_timeout_s)
         with consumer(settings, purpose="producer-lib-pointer") as client:
-            ranges = ranges_to_end(client, topic, timeout_s=settings.connect_timeout_s)
+            ranges = ranges_to_end(client, topic, timeout_s=settings.connect_timeout_s, ends=ends)
             for messages in read_ranges(client, ranges or {}, stall_s=timeout_s):
                 for msg in messages:
                     value = msg.value()

@@ -1,5 +1,6 @@
 """The one bounded read loop, against the real broker: ends, ranges, markers, stalls, errors."""
 
+import threading
 import time
 import uuid
 
@@ -12,6 +13,7 @@ from producer_lib.kafka.topic_reader import (
     TopicReadError,
     consumer,
     consumer_config,
+    high_watermarks,
     ranges_to_end,
     read_ranges,
     read_ranges_arrow,
@@ -112,8 +114,32 @@ def test_an_open_transaction_ends_the_committed_range_and_stalls_a_longer_one(
         assert caught.value.topic == topic and caught.value.partition == 0
         assert caught.value.offset == 2 and caught.value.end == 3  # position, high watermark
         assert caught.value.left == {f"{topic}/0": [2, 3]}
+        assert high_watermarks({"bootstrap.servers": kafka_bootstrap}, topic, timeout_s=10) == {
+            0: 3
+        }
     finally:
         open_txn.abort_transaction(30)
+
+
+def test_a_read_to_the_high_watermark_ends_once_the_open_transaction_commits(
+    kafka_bootstrap, new_topic
+) -> None:
+    topic = new_topic()
+    open_txn = transactional(kafka_bootstrap)
+    open_txn.begin_transaction()
+    open_txn.produce(topic, value=b"late", partition=0)
+    open_txn.flush(30)
+    conf = {"bootstrap.servers": kafka_bootstrap}
+    ends = high_watermarks(conf, topic, timeout_s=10)
+    committer = threading.Timer(1.0, open_txn.commit_transaction, args=(30,))
+    committer.start()
+    try:
+        with consumer(conf) as client:
+            ranges = ranges_to_end(client, topic, timeout_s=10, ends=ends)
+            got = [m.value() for ms in read_ranges(client, ranges, stall_s=10) for m in ms]
+    finally:
+        committer.join()
+    assert ranges == {(topic, 0): (0, 1)} and got == [b"late"]
 
 
 def test_a_missing_topic_is_none_and_a_gone_offset_an_error(kafka_bootstrap, new_topic) -> None:
