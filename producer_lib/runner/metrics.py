@@ -13,7 +13,12 @@ answer, when its task ends for one answered 202 that goes on. Prometheus text
   a failed run's rows were aborted, but they were read and sent);
 - ``producer_run_duration_seconds{function}`` (``_sum``, ``_count``): runs that ran;
 - ``producer_last_success_timestamp_seconds{function,dataflow}``: when a run last completed;
-- ``producer_runs_in_progress{function}``.
+- ``producer_runs_in_progress{function}``;
+- ``producer_expectation_rows_checked_total{function,table}``: rows checked against the
+  table's expectations (:mod:`producer_lib.schema.expectations`);
+- ``producer_expectation_rows_failed_total{function,table,expectation,action}``: rows that
+  failed one (``warn``: produced, ``drop``: sent to ``_rejected_rows``, ``fail``: the run
+  failed).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class RunMetrics:
         self._rows: dict[str, int] = {}
         self._duration_sum, self._duration_count = 0.0, 0
         self._success: dict[str, float] = {}  # dataflow -> Unix time
+        self._checked: dict[str, int] = {}  # table -> rows checked against expectations
+        self._failed: dict[tuple[str, str, str], int] = {}  # (table, name, action) -> rows
 
     def record(self, body: Mapping[str, Any]) -> None:
         """Count the run whose answer (or final state) is ``body``."""
@@ -64,6 +71,14 @@ class RunMetrics:
                 self._duration_count += 1
             if status == "COMPLETED":
                 self._success[dataflow] = time.time()
+            self._count_expectations(body.get("expectations") or {})
+
+    def _count_expectations(self, tables: Mapping[str, Any]) -> None:
+        for table, report in tables.items():
+            self._checked[table] = self._checked.get(table, 0) + int(report["rows_checked"])
+            for name, count in report["expectations"].items():
+                key = (table, name, str(count["action"]))
+                self._failed[key] = self._failed.get(key, 0) + int(count["failed"])
 
     def render(self) -> str:
         """The metrics in Prometheus text format."""
@@ -107,8 +122,30 @@ class RunMetrics:
                     "Runs in progress here.",
                     [({"function": f}, running)],
                 ),
+                *self._expectation_families(),
             ]
         return "\n".join(lines) + "\n"
+
+    def _expectation_families(self) -> list[str]:
+        f = self.function
+        failed = [
+            ({"function": f, "table": t, "expectation": e, "action": a}, n)
+            for (t, e, a), n in sorted(self._failed.items())
+        ]
+        return [
+            *family(
+                "producer_expectation_rows_checked_total",
+                "counter",
+                "Rows checked against the table's expectations.",
+                [({"function": f, "table": t}, n) for t, n in sorted(self._checked.items())],
+            ),
+            *family(
+                "producer_expectation_rows_failed_total",
+                "counter",
+                "Rows that failed an expectation, by expectation and action.",
+                failed,
+            ),
+        ]
 
 
 def add_metrics(app: web.Application, runner: FunctionRunner) -> web.Application:

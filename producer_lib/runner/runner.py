@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import json
 import logging
 import time
@@ -42,6 +43,7 @@ from producer_lib.runner.result import RunFailed, RunResult
 from producer_lib.runner.runs import azure_http
 from producer_lib.settings import FlowSettings, KafkaSettings
 from producer_lib.sources import DuckDBReader, SourceAdapter
+from producer_lib.staging.expectations import merge_reports
 
 __all__ = ["FunctionRunner", "RunFailed", "RunResult"]
 
@@ -66,6 +68,7 @@ class _Run:
     rows: dict[str, int] = field(default_factory=dict)
     commit_ids: list[str] = field(default_factory=list)
     truncated: dict[str, dict[str, int]] = field(default_factory=dict)
+    expectations: dict[str, Any] = field(default_factory=dict)
     clock: float = field(default_factory=time.monotonic)
 
 
@@ -251,6 +254,7 @@ class FunctionRunner:
                     "the load produced rows but did not commit them; call "
                     "producer.commit() at its end (they were aborted)"
                 )
+            merge_reports(run.expectations, producer.take_expectation_reports())
             if not run.commit_ids or run.staged_pointer != run.committed_pointer:
                 self._log_record(producer, run, "COMPLETED", pointer=run.staged_pointer)
             return self._result(run, "COMPLETED")
@@ -300,6 +304,7 @@ class FunctionRunner:
         """Inside each commit: lineage and COMPLETED; after it succeeded: the bookkeeping."""
 
         def hook(pending: PendingCommit) -> None:
+            merge_reports(run.expectations, producer.take_expectation_reports())
             rows = {t: run.rows.get(t, 0) + n for t, n in pending.rows.items()}
             for key, value in lineage_records(run.reader, pending, self.logger):
                 producer.produce_system_record(LINEAGE_TOPIC, key, value)
@@ -327,6 +332,7 @@ class FunctionRunner:
             finished_at=finished,
             rows=dict(run.rows),
             delta_pointer=pointer,
+            expectations=copy.deepcopy(run.expectations),
             **fields,
         )
 
@@ -348,6 +354,7 @@ class FunctionRunner:
             run.record.run_id,
             error,
         )
+        merge_reports(run.expectations, producer.take_expectation_reports())
         await self._log_failed(producer, run, error)
         result = self._result(run, "FAILED", error=error)
         return RunFailed(
@@ -412,6 +419,7 @@ class FunctionRunner:
             delta_pointer=run.committed_pointer,
             error=error,
             truncated={table: dict(columns) for table, columns in run.truncated.items()},
+            expectations=copy.deepcopy(run.expectations),
         )
         if status == "COMPLETED":
             self.logger.info(
