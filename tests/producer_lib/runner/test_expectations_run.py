@@ -120,7 +120,8 @@ def test_drop_sends_the_failing_rows_to_rejected_rows_in_the_same_transaction(fl
     assert headers["flow.reason"] == b'amount_positive: "AMOUNT" >= 0'
     # framed and encoded as the data topic carries rows: the same catalog decodes them
     values = decoded_values(flow["bootstrap"], REJECTED_ROWS_TOPIC)
-    mine = [v for v in values if v["__change_time"] == _change_time(flow)]
+    change_time = decoded_values(flow["bootstrap"], flow["topic"])[0]["__change_time"]
+    mine = [v for v in values if v["__change_time"] == change_time]  # the data's transaction
     assert sorted((v["ID"], str(v["AMOUNT"])) for v in mine) == [(3, "-3.00"), (7, "-7.00")]
     commit = json.loads(
         [
@@ -133,10 +134,6 @@ def test_drop_sends_the_failing_rows_to_rejected_rows_in_the_same_transaction(fl
     assert last_record(flow)["expectations"]["SHOP.ORDERS"]["expectations"] == {
         "amount_positive": {"action": "drop", "failed": 2}
     }
-
-
-def _change_time(flow) -> int:
-    return decoded_values(flow["bootstrap"], flow["topic"])[0]["__change_time"]
 
 
 def test_fail_publishes_nothing_and_the_failed_record_says_which(flow) -> None:
