@@ -56,6 +56,10 @@ class SourceError(ProducerLibError):
     """Reading from a source system failed, or its data breaks a declared rule."""
 
 
+class ExpectationFailed(SourceError):
+    """Rows failed an expectation whose action is ``fail``: nothing of the export was produced."""
+
+
 class ProduceError(ProducerLibError):
     """Producing to Kafka failed; the open transaction is aborted."""
 

@@ -36,9 +36,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from producer_lib.errors import EncodeError, ProduceError
-from producer_lib.kafka._frames import READY, read_frame, write_frame
-from producer_lib.kafka._send import EncodedBatch, encode_batch
+from producer_lib.errors import ProduceError
+from producer_lib.kafka._encode import Constants, EncodedBuffers, encode_batch
+from producer_lib.kafka._frames import (
+    READY,
+    REPLY_FRAMES,
+    EncodeFailure,
+    EncodeReply,
+    EncodeRequest,
+    read_frame,
+    write_frame,
+)
+from producer_lib.kafka._send import EncodedBatch
 from producer_lib.kafka._target import Target
 
 __all__ = ["EncoderProcess", "ExportEncoding"]
@@ -46,7 +55,6 @@ __all__ = ["EncoderProcess", "ExportEncoding"]
 log = logging.getLogger(__name__)
 
 Timed = Callable[[str, float], None]
-Constants = tuple[dict[str, Any], dict[str, Any]]
 
 PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
 AHEAD = 2  # batches shipped to the worker before the first is sent: one encodes, one waits
@@ -165,35 +173,22 @@ class EncoderProcess:
             EncodeError: A value does not fit the schema (as the in-thread encoder says it).
             ProduceError: The worker died, or failed otherwise; the export must abort.
         """
-        request = pickle.dumps(
-            (
-                (
-                    target.key_encoder.recipe,
-                    target.value_encoder.recipe,
-                    target.key_header,
-                    target.value_header,
-                    target.partitions,
-                ),
-                constants,
-                partition,
-            )
-        )
+        request = pickle.dumps(EncodeRequest(target.encoding.recipe, constants, partition))
         if not self.ready():
             raise ProduceError("the encoder process is not ready (wait for ready())")
         shipper = _Shipper(lambda batch: self._ship(request, batch), batches, AHEAD)
         try:
             while (source := self._next_shipped(shipper, timed)) is not None:
                 started = time.monotonic()
-                reply = self._reply()
+                reply, frames = self._reply()
                 timed("wait_encode", time.monotonic() - started)
                 shipper.answered()
-                if reply[0] == "error":
-                    raise _worker_error(reply, target)
-                _, seconds, key_truncations, value_truncations, layout, frames = reply
-                timed("encode_process", seconds)
-                target.key_encoder.add_truncations(key_truncations)
-                target.value_encoder.add_truncations(value_truncations)
-                yield _encoded(frames, layout, source)
+                if isinstance(reply, EncodeFailure):
+                    raise reply.error(target.topic, target.table)
+                timed("encode_process", reply.seconds)
+                target.key_encoder.add_truncations(reply.key_truncations)
+                target.value_encoder.add_truncations(reply.value_truncations)
+                yield _encoded(target, reply, frames, source)
         finally:
             owed = shipper.stop()
             while owed and self.alive:  # drain: every shipped batch is answered
@@ -219,12 +214,12 @@ class EncoderProcess:
         write_frame(self._to, sink.getvalue())
         self._to.flush()
 
-    def _reply(self) -> tuple:
-        """The worker's next answer: an error, or a batch with its five frames."""
+    def _reply(self) -> tuple[EncodeReply | EncodeFailure, list[bytes]]:
+        """The worker's next answer: a failure, or a batch's reply with its frames."""
         reply = pickle.loads(self._read())
-        if reply[0] == "error":
-            return reply  # type: ignore[no-any-return]
-        return (*reply, [self._read() for _ in range(5)])
+        if isinstance(reply, EncodeFailure):
+            return reply, []
+        return reply, [self._read() for _ in range(REPLY_FRAMES)]
 
     def _read(self) -> bytes:
         try:
@@ -341,29 +336,16 @@ def _widen(fd: int) -> None:
         pass
 
 
-def _encoded(frames: list[bytes], layout: tuple, source: pa.RecordBatch) -> EncodedBatch:
+def _encoded(
+    target: Target, reply: EncodeReply, frames: list[bytes], source: pa.RecordBatch
+) -> EncodedBatch:
     """The batch of a worker's reply (its layout, counts and marks, computed there)."""
-    keys, key_offsets, values, value_offsets, parts = frames
-    rows_per_partition, marks = layout
-    return EncodedBatch(
-        keys,
-        np.frombuffer(key_offsets, dtype=np.int64).tolist(),
-        values,
-        np.frombuffer(value_offsets, dtype=np.int64).tolist(),
-        np.frombuffer(parts, dtype=np.int64).tolist(),
-        rows_per_partition,
-        marks,
-        source,
+    keys, key_offsets, values, value_offsets, parts = (
+        np.frombuffer(frame, dtype=np.uint8 if i in (0, 2) else np.int64)
+        for i, frame in enumerate(frames)
     )
-
-
-def _worker_error(reply: tuple, target: Target) -> Exception:
-    _, kind, message, context = reply
-    if kind == "EncodeError":
-        return EncodeError(message, **context)
-    return ProduceError(
-        f"the encoder process failed: {kind}: {message}", topic=target.topic, table=target.table
-    )
+    buffers = EncodedBuffers(keys, key_offsets, values, value_offsets, parts, target.partitions)
+    return EncodedBatch.from_buffers(buffers, source, reply.layout)
 
 
 class ExportEncoding:
@@ -388,6 +370,7 @@ class ExportEncoding:
         timed: Timed,
     ) -> None:
         self._target = target
+        self._encoding = target.encoding
         self._constants = constants
         self._partition = partition
         self._after_rows = after_rows
@@ -406,7 +389,8 @@ class ExportEncoding:
                     yield from self._in_process(encoder, batch, batches)
                     return
                 started = time.monotonic()
-                encoded = encode_batch(self._target, batch, self._constants, self._partition)
+                buffers = encode_batch(self._encoding, batch, self._constants, self._partition)
+                encoded = EncodedBatch.from_buffers(buffers, batch)
                 self._timed("encode", time.monotonic() - started)
                 rows += batch.num_rows
                 yield encoded

@@ -5,13 +5,11 @@ Started by :class:`producer_lib.kafka._encode_process.EncoderProcess` as
 so encoding runs beside the send loop instead of taking turns with it. It owns no Kafka client
 and no DuckDB connection: batches come in, encoded keys and values go out.
 
-Frames on both pipes are an 8-byte little-endian length and that many bytes. Per batch:
-
-- in: a pickled request ``(spec, constants, partition)``, then the batch as an Arrow IPC stream;
-- out: a pickled reply ``("ok", encode_seconds, key_truncations, value_truncations,
-  (rows_per_partition, marked_rows))`` and five
-  raw frames (key bytes, key offsets, value bytes, value offsets, partitions; numpy int64), or
-  ``("error", kind, message, context)``.
+What crosses the pipes is in :mod:`producer_lib.kafka._frames`: an
+:class:`~producer_lib.kafka._frames.EncodeRequest` and an Arrow batch in, an
+:class:`~producer_lib.kafka._frames.EncodeReply` and five frames (or an
+:class:`~producer_lib.kafka._frames.EncodeFailure`) out. The batch is encoded by
+:func:`~producer_lib.kafka._encode.encode_batch`, the function the flow's thread uses.
 
 The worker ends when its input pipe closes (the flow's process exited or closed it).
 """
@@ -24,59 +22,57 @@ import queue
 import sys
 import threading
 import time
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
 
-from producer_lib.errors import EncodeError
-from producer_lib.kafka._frames import READY, read_frame, write_frame
-from producer_lib.kafka._send import marked_rows
-from producer_lib.kafka.partitioner import partitions_for_keys
-from producer_lib.schema.encoder import AvroEncoder
+from producer_lib.kafka._encode import Encoding, EncodingRecipe, encode_batch
+from producer_lib.kafka._frames import (
+    READY,
+    EncodeFailure,
+    EncodeReply,
+    EncodeRequest,
+    read_frame,
+    write_frame,
+)
 
 __all__ = ["serve"]
 
-Recipe = tuple[str, bool]  # AvroEncoder.recipe: schema JSON text, truncate_text
 
-
-class _Encoders:
-    """Encoders by recipe, built once per worker."""
+class _Encodings:
+    """Encodings by recipe, built once per worker."""
 
     def __init__(self) -> None:
-        self._built: dict[Recipe, AvroEncoder] = {}
+        self._built: dict[EncodingRecipe, Encoding] = {}
 
-    def get(self, recipe: Recipe) -> AvroEncoder:
-        encoder = self._built.get(recipe)
-        if encoder is None:
-            encoder = self._built[recipe] = AvroEncoder.from_recipe(recipe)
-        return encoder
+    def get(self, recipe: EncodingRecipe) -> Encoding:
+        encoding = self._built.get(recipe)
+        if encoding is None:
+            encoding = self._built[recipe] = Encoding.from_recipe(recipe)
+        return encoding
 
 
-def _encode(encoders: _Encoders, request: tuple, data: bytes) -> list[bytes | np.ndarray]:
-    """Encode one batch; the reply frames."""
-    (key_recipe, value_recipe, key_header, value_header, partitions), constants, partition = request
+def _encode(encodings: _Encodings, request: EncodeRequest, data: bytes) -> list[Any]:
+    """Encode one batch; the reply and its frames."""
     started = time.monotonic()
     batch = pa.ipc.open_stream(data).read_all()
-    key_encoder, value_encoder = encoders.get(key_recipe), encoders.get(value_recipe)
-    keys = key_encoder.encode_buffer(batch, constants[0], key_header)
-    values = value_encoder.encode_buffer(batch, constants[1], value_header)
-    if partition is None:
-        parts = partitions_for_keys(keys[0], keys[1], partitions)
-    else:
-        parts = np.full(batch.num_rows, partition, dtype=np.int64)
-    seconds = time.monotonic() - started
-    truncated = (key_encoder.take_truncations(), value_encoder.take_truncations())
-    counts = np.bincount(parts, minlength=partitions).tolist()
-    layout = ({p: n for p, n in enumerate(counts) if n}, marked_rows(parts))
-    reply = pickle.dumps(("ok", seconds, *truncated, layout))
-    return [reply, keys[0], keys[1].astype(np.int64), values[0], values[1].astype(np.int64), parts]
-
-
-def _error_reply(exc: Exception) -> bytes:
-    if isinstance(exc, EncodeError):
-        return pickle.dumps(("error", "EncodeError", exc.message, exc.context))
-    return pickle.dumps(("error", type(exc).__name__, str(exc), {}))
+    encoding = encodings.get(request.recipe)
+    buffers = encode_batch(encoding, batch, request.constants, request.partition)
+    reply = EncodeReply(
+        time.monotonic() - started,
+        encoding.key_encoder.take_truncations(),
+        encoding.value_encoder.take_truncations(),
+        buffers.layout(),
+    )
+    return [
+        pickle.dumps(reply),
+        buffers.keys,
+        buffers.key_offsets,
+        buffers.values,
+        buffers.value_offsets,
+        buffers.partitions,
+    ]
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
@@ -85,17 +81,17 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     A thread reads requests as they come, so the flow's writes never wait for an encode
     (the flow ships a batch while this process encodes the one before).
     """
-    requests: queue.Queue[tuple[tuple, bytes] | None] = queue.Queue()
+    requests: queue.Queue[tuple[EncodeRequest, bytes] | None] = queue.Queue()
     threading.Thread(target=_read_requests, args=(inp, requests), daemon=True).start()
-    encoders = _Encoders()
+    encodings = _Encodings()
     write_frame(out, READY)
     out.flush()
     while (item := requests.get()) is not None:
         request, data = item
         try:
-            frames = _encode(encoders, request, data)
+            frames = _encode(encodings, request, data)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the flow, named
-            frames = [_error_reply(exc)]
+            frames = [pickle.dumps(EncodeFailure.of(exc))]
         for frame in frames:
             write_frame(
                 out, np.ascontiguousarray(frame) if isinstance(frame, np.ndarray) else frame
@@ -103,7 +99,9 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         out.flush()
 
 
-def _read_requests(inp: BinaryIO, requests: queue.Queue[tuple[tuple, bytes] | None]) -> None:
+def _read_requests(
+    inp: BinaryIO, requests: queue.Queue[tuple[EncodeRequest, bytes] | None]
+) -> None:
     try:
         while True:
             request = pickle.loads(read_frame(inp))

@@ -67,8 +67,10 @@ class TransactionLedger:
             self.failures.append(self._failure_text(err, msg))
             self.purged += err.code() == KafkaError._PURGE_QUEUE
             return
-        stats = self.partitions.setdefault((msg.topic(), msg.partition()), PartitionStats())
-        offset = msg.offset()
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is None or partition is None or offset is None:  # a delivered message has all
+            return
+        stats = self.partitions.setdefault((topic, partition), PartitionStats())
         if stats.min_offset is None or offset < stats.min_offset:
             stats.min_offset = offset
         if stats.max_offset is None or offset > stats.max_offset:

@@ -1,4 +1,4 @@
-"""The tight produce loop over pre-encoded key and value buffers.
+"""The tight produce loop over encoded key and value buffers.
 
 One ``produce()`` call per message and nothing else in the loop: no delivery callback except
 on the few marked messages (the first and last of each partition), no keyword arguments,
@@ -11,22 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from producer_lib.errors import ProduceError
+from producer_lib.kafka._encode import EncodedBuffers, Layout
 from producer_lib.kafka._target import Target
-from producer_lib.kafka.partitioner import partitions_for_keys
 
-__all__ = [
-    "EncodedBatch",
-    "RowRejected",
-    "encode_batch",
-    "marked_rows",
-    "rejected_row_error",
-    "send_batch",
-]
+__all__ = ["EncodedBatch", "RowRejected", "rejected_row_error", "send_batch"]
 
 QUEUE_FULL_WAIT_S = 0.05  # let librdkafka drain its queue to the broker, then try again
 
@@ -58,22 +50,26 @@ class EncodedBatch:
     @classmethod
     def from_buffers(
         cls,
-        keys: tuple[np.ndarray, np.ndarray],
-        values: tuple[np.ndarray, np.ndarray],
-        partitions: np.ndarray,
-        partition_count: int,
+        buffers: EncodedBuffers,
         source: pa.RecordBatch | pa.Table | None = None,
+        layout: Layout | None = None,
     ) -> EncodedBatch:
-        """Build from the encoder's ``(buf, offsets)`` pairs and a partition array."""
-        counts = np.bincount(partitions, minlength=partition_count).tolist()
+        """The batch of :func:`~producer_lib.kafka._encode.encode_batch`'s buffers.
+
+        Args:
+            buffers: The encoded batch.
+            source: The rows it was encoded from (to name a row Kafka refuses).
+            layout: Its layout, when already computed (by the encoder process).
+        """
+        layout = layout or buffers.layout()
         return cls(
-            keys[0].tobytes(),
-            keys[1].tolist(),
-            values[0].tobytes(),
-            values[1].tolist(),
-            partitions.tolist(),
-            {p: n for p, n in enumerate(counts) if n},
-            marked_rows(partitions),
+            buffers.keys.tobytes(),
+            buffers.key_offsets.tolist(),
+            buffers.values.tobytes(),
+            buffers.value_offsets.tolist(),
+            buffers.partitions.tolist(),
+            layout.rows_per_partition,
+            layout.marks,
             source,
         )
 
@@ -86,45 +82,6 @@ class EncodedBatch:
 
     def __len__(self) -> int:
         return len(self.partitions)
-
-
-def encode_batch(
-    target: Target,
-    batch: pa.RecordBatch | pa.Table,
-    constants: tuple[dict[str, Any], dict[str, Any]],
-    partition: int | None,
-) -> EncodedBatch:
-    """Encode and frame keys and values of ``batch`` and pick each row's partition.
-
-    Args:
-        target: Where the rows go.
-        batch: The rows.
-        constants: Key and value constants (technical fields).
-        partition: Explicit partition of every row, or None for murmur2 of the key.
-
-    Raises:
-        EncodeError: A value does not fit the schema.
-    """
-    keys = target.key_encoder.encode_buffer(batch, constants[0], target.key_header)
-    values = target.value_encoder.encode_buffer(batch, constants[1], target.value_header)
-    if partition is None:
-        parts = partitions_for_keys(keys[0], keys[1], target.partitions)
-    else:
-        parts = np.full(batch.num_rows, partition, dtype=np.int64)
-    return EncodedBatch.from_buffers(keys, values, parts, target.partitions, batch)
-
-
-def marked_rows(partitions: np.ndarray) -> list[int]:
-    """Rows that are the first or the last of their partition, ascending (one pass each)."""
-    rows = len(partitions)
-    if rows == 0:
-        return []
-    index = np.arange(rows)
-    first = np.full(int(partitions.max()) + 1, rows)
-    np.minimum.at(first, partitions, index)
-    last = np.full(len(first), -1)
-    np.maximum.at(last, partitions, index)
-    return sorted({*first[first < rows].tolist(), *last[last >= 0].tolist()})
 
 
 class RowRejected(Exception):

@@ -13,6 +13,7 @@ import duckdb
 import pyarrow as pa
 
 from producer_lib.errors import EncodeError, SchemaError
+from producer_lib.kafka._encode import Encoding
 from producer_lib.kafka.catalog import SchemaCatalog
 from producer_lib.schema.encoder import AvroEncoder
 from producer_lib.schema.rows import rows_to_arrow
@@ -48,6 +49,17 @@ class Target:
     value_header: bytes
     key_encoder: AvroEncoder
     value_encoder: AvroEncoder
+
+    @property
+    def encoding(self) -> Encoding:
+        """How this target's rows are encoded (:func:`~producer_lib.kafka._encode.encode_batch`)."""
+        return Encoding(
+            self.key_encoder,
+            self.value_encoder,
+            self.key_header,
+            self.value_header,
+            self.partitions,
+        )
 
 
 def build_target(

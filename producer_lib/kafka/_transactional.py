@@ -223,7 +223,7 @@ class TransactionalProducer:
         left_open = self._ledger is not None and self._state == "open"
         failure = self._failure if self._state == "open" else None
         if left_open:
-            self._abort("left the with block" if exc is None else f"{exc_type.__name__}")
+            self._abort("left the with block" if exc is None else type(exc).__name__)
         self._close()
         if left_open and exc is None:
             raise ProduceError(
@@ -301,22 +301,26 @@ class TransactionalProducer:
                 aborted the transaction (see :meth:`abort`).
         """
         self._usable()
+        self._system_topic(topic, COMPACTED)
+        ledger = self._begin()
+        assert self._kafka is not None
+        with self._aborting_on_error(topic=topic):
+            self._kafka.produce(topic, value, key)
+            ledger.system_records += 1
+
+    def _system_topic(self, topic: str, config: dict[str, str]) -> None:
+        """Create the system topic ``topic`` (one partition, ``config``) on its first use."""
         if topic not in self._system_topics:
             assert self._admin is not None
             ensure_topic(
                 self._admin,
                 topic,
                 1,
-                config=COMPACTED,
+                config=config,
                 replication_factor=self._settings.topic_replication_factor,
                 timeout_s=self._settings.connect_timeout_s,
             )
             self._system_topics.add(topic)
-        ledger = self._begin()
-        assert self._kafka is not None
-        with self._aborting_on_error(topic=topic):
-            self._kafka.produce(topic, value, key)
-            ledger.system_records += 1
 
     def add_commit_hook(self, hook: CommitHook) -> None:
         """Call ``hook(pending)`` inside every commit, before the ``_commits`` record.

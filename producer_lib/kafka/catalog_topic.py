@@ -9,14 +9,19 @@ in fact a Schema Registry's store, which must never be written to. The old catal
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 
 from producer_lib.errors import ProduceError
+from producer_lib.kafka.topic_reader import (
+    ReadStalled,
+    TopicReadError,
+    consumer,
+    ranges_to_end,
+    read_ranges,
+)
 from producer_lib.schema.catalog_records import CatalogRecord, is_registry_key, parse_record
 
 __all__ = ["CatalogContents", "RegistryStoreError", "read_catalog"]
@@ -56,63 +61,24 @@ def read_catalog(conf: dict[str, Any], topic: str, idle_timeout_s: float) -> Cat
     Raises:
         ProduceError: The topic cannot be read to its end.
     """
-    group = f"flow-catalog-{uuid.uuid4().hex}"  # assigned, not subscribed: never joins
-    consumer = Consumer(
-        {**conf, "group.id": group, "enable.auto.commit": False, "enable.partition.eof": True}
-    )
+    contents = CatalogContents()
     try:
-        ends = _ends(consumer, topic, idle_timeout_s)
-        if ends is None:
-            return None
-        contents = CatalogContents()
-        pending = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
-        _drain(consumer, topic, ends, pending, contents, idle_timeout_s)
-        return contents
-    except KafkaException as exc:
-        raise ProduceError(f"cannot read the schema catalog: {exc.args[0]}", topic=topic) from exc
-    finally:
-        consumer.close()
-
-
-def _ends(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int] | None:
-    meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        return None
-    return {
-        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-        for p in meta.partitions
-    }
-
-
-def _drain(
-    consumer: Consumer,
-    topic: str,
-    ends: dict[int, int],
-    pending: set[int],
-    contents: CatalogContents,
-    idle_timeout_s: float,
-) -> None:
-    deadline = time.monotonic() + idle_timeout_s
-    while pending:
-        if time.monotonic() > deadline:
-            raise ProduceError(
-                f"schema catalog not read to its end: nothing came for {idle_timeout_s:g} s",
-                topic=topic,
-                partitions=sorted(pending),
-            )
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        deadline = time.monotonic() + idle_timeout_s
-        error = msg.error()
-        if error is not None and error.code() != KafkaError._PARTITION_EOF:
-            raise ProduceError(f"cannot read the schema catalog: {error}", topic=topic)
-        if error is None:
-            _take(msg, contents)
-        offset = msg.offset() if error is None else msg.offset() - 1
-        if offset is not None and offset + 1 >= ends[msg.partition()]:
-            pending.discard(msg.partition())
+        with consumer(conf, purpose="flow-catalog") as client:
+            ranges = ranges_to_end(client, topic, timeout_s=idle_timeout_s)
+            if ranges is None:
+                return None
+            for messages in read_ranges(client, ranges, stall_s=idle_timeout_s):
+                for msg in messages:
+                    _take(msg, contents)
+    except ReadStalled as exc:
+        raise ProduceError(
+            f"schema catalog not read to its end: nothing came for {idle_timeout_s:g} s",
+            topic=topic,
+            partitions=exc.context.get("left"),
+        ) from exc
+    except TopicReadError as exc:
+        raise ProduceError(f"cannot read the schema catalog: {exc.message}", topic=topic) from exc
+    return contents
 
 
 def _take(msg: Message, contents: CatalogContents) -> None:

@@ -23,24 +23,30 @@ from itertools import chain
 from typing import Any, Self
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 from producer_lib.errors import ProduceError, SchemaError
+from producer_lib.kafka._encode import Constants, encode_batch
 from producer_lib.kafka._encode_process import ExportEncoding
 from producer_lib.kafka._ledger import CommitHook, PendingCommit
 from producer_lib.kafka._send import EncodedBatch, RowRejected, rejected_row_error, send_batch
 from producer_lib.kafka._target import Target, build_target, check_columns, relation, row_table
 from producer_lib.kafka._transactional import TransactionalProducer
 from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
-from producer_lib.kafka.partitioner import partitions_for_keys
+from producer_lib.kafka.expectations import act_on, check_before_export, send_rejected
 from producer_lib.kafka.progress import Progress
-from producer_lib.kafka.topics import align_topic_config, data_topic_config, ensure_topic
+from producer_lib.kafka.topics import (
+    REJECTED_ROWS_TOPIC,
+    align_topic_config,
+    data_topic_config,
+    ensure_topic,
+)
 from producer_lib.schema.names import table_name_problem
 from producer_lib.schema.row_types import RowType
 from producer_lib.schema.value_schema import KeySchema, ValueSchema
 from producer_lib.settings import KafkaSettings
 from producer_lib.staging import connection_lock
+from producer_lib.staging.expectations import ExpectationReport
 from producer_lib.staging.pk_check import check_keys
 
 __all__ = ["CommitHook", "KafkaProducer", "PendingCommit", "Target"]
@@ -89,6 +95,7 @@ class KafkaProducer(TransactionalProducer):
         self._duckdb = duckdb_connection
         self._catalog = schema_catalog
         self._targets: dict[str, Target] = {}
+        self._expectation_reports: list[ExpectationReport] = []
 
     def __enter__(self) -> Self:
         """Connect, fence older instances and get ready to produce.
@@ -195,7 +202,7 @@ class KafkaProducer(TransactionalProducer):
 
     # -- producing ------------------------------------------------------------------------
 
-    def _constants(self, target: Target, row_type: RowType, txn_time: int) -> tuple[dict, dict]:
+    def _constants(self, target: Target, row_type: RowType, txn_time: int) -> Constants:
         values = {
             "__change_type": RowType(row_type).value,
             "__change_time": txn_time,
@@ -234,14 +241,10 @@ class KafkaProducer(TransactionalProducer):
             keys, values = self._constants(target, row_type, ledger.transaction_time)
             key_table = row_table(key_row, target.key_schema.get_pyarrow(), target, "key")
             value_table = row_table(value_row, target.value_schema.get_pyarrow(), target, "value")
-            kbuf = target.key_encoder.encode_buffer(key_table, keys, target.key_header)
-            vbuf = target.value_encoder.encode_buffer(value_table, values, target.value_header)
-            if partition is None:
-                parts = partitions_for_keys(kbuf[0], kbuf[1], target.partitions)
-            else:
-                parts = np.array([partition], dtype=np.int64)
-            batch = EncodedBatch.from_buffers(kbuf, vbuf, parts, target.partitions, key_table)
-            self._send(target, batch, rows_before=None)
+            buffers = encode_batch(
+                target.encoding, value_table, (keys, values), partition, key_rows=key_table
+            )
+            self._send(target, EncodedBatch.from_buffers(buffers, key_table), rows_before=None)
 
     def produce_from_duckdb(
         self,
@@ -300,12 +303,23 @@ class KafkaProducer(TransactionalProducer):
         context = {"topic": getattr(target, "topic", None), "table": getattr(target, "table", None)}
         with self._aborting_on_error(**context):  # bad SQL, columns or keys abort what is open
             self._check_arguments(target, partition, batch_size)
-            source = relation(con, table_or_query)
-            check_columns(source.columns, target)
+            check_columns(relation(con, table_or_query).columns, target)
+            report = None
+            if target.value_schema.expectations:  # a step in the log only where there are any
+                with progress.steps("expectations"):
+                    report = check_before_export(
+                        con, table_or_query, target, row_type, self.function_name, self._log
+                    )
+            if report is not None:
+                self._expectation_reports.append(report)  # reported, also when it fails
+                act_on(report, target, self.function_name, self._log)
+                table_or_query = report.kept_sql  # without the rows a drop expectation failed
             if check_keys and not target.key_schema.is_append_only:
                 with progress.steps("check_keys"):
                     self._check_keys(con, table_or_query, target)  # a query: before the reader's
-            reader = source.to_arrow_reader(batch_size)
+            if report is not None and report.drops:
+                self._reject(con, report, target, row_type)
+            reader = relation(con, table_or_query).to_arrow_reader(batch_size)
             first = next((b for b in reader if b.num_rows), None)
         if first is None:  # no rows: no transaction is begun for them
             progress.finish()
@@ -328,6 +342,27 @@ class KafkaProducer(TransactionalProducer):
                 progress.add(len(encoded))
         progress.finish()
         return progress.rows
+
+    def _reject(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        report: ExpectationReport,
+        target: Target,
+        row_type: RowType,
+    ) -> None:
+        """Send the rows drop expectations failed to ``_rejected_rows``, in the transaction."""
+        retention = self._settings.topic_retention_ms
+        self._system_topic(REJECTED_ROWS_TOPIC, data_topic_config(None, "delete", retention))
+        rows = con.sql(report.dropped_sql).to_arrow_table()
+        ledger = self._begin()
+        constants = self._constants(target, row_type, ledger.transaction_time)
+        assert self._kafka is not None
+        send_rejected(self._kafka, ledger, target, rows, constants, self.function_name)
+
+    def take_expectation_reports(self) -> list[ExpectationReport]:
+        """The expectation checks of the exports since the last take (the runner's report)."""
+        taken, self._expectation_reports = self._expectation_reports, []
+        return taken
 
     def _check_arguments(self, target: Target, partition: int | None, batch_size: int) -> None:
         self._check_target(target)

@@ -31,6 +31,7 @@ __all__ = [
     "EXECUTION_LOG_TOPIC",
     "LEGACY_SCHEMAS_TOPIC",
     "LINEAGE_TOPIC",
+    "REJECTED_ROWS_TOPIC",
     "SCHEMAS_TOPIC",
     "SCHEMAS_TOPIC_ENV",
     "CLEANUP_POLICIES",
@@ -49,6 +50,9 @@ LEGACY_SCHEMAS_TOPIC = "_schemas"  # the catalog's old name: read for existing d
 COMMITS_TOPIC = "_commits"
 EXECUTION_LOG_TOPIC = "_execution_log"
 LINEAGE_TOPIC = "_lineage"
+# Rows an expectation dropped, in the transaction of the data; the writer lands them in
+# `_rejected` (docs/WIRE.md). Not compacted: every rejected row counts.
+REJECTED_ROWS_TOPIC = "_rejected_rows"
 COMPACTED = {"cleanup.policy": "compact"}  # system topics keyed by what they describe
 # A change topic is a log of changes: "delete" (by age) keeps every change until it expires;
 # "compact" would keep only the latest record per key, so a lagging writer could miss the

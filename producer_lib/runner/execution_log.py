@@ -11,22 +11,25 @@ the data becomes visible.
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
 from producer_lib.errors import ProduceError
+from producer_lib.kafka.topic_reader import (
+    ReadStalled,
+    TopicReadError,
+    consumer,
+    high_watermarks,
+    ranges_to_end,
+    read_ranges,
+)
 from producer_lib.settings import KafkaSettings
 
 __all__ = ["ExecutionRecord", "LoadKind", "RunStatus", "log_key", "read_latest"]
 
 LoadKind = Literal["initial", "delta"]
 RunStatus = Literal["STARTED", "COMPLETED", "FAILED"]
-_POLL_S = 0.2
 
 
 def log_key(function_name: str, dataflow: str, partition: str) -> str:
@@ -50,6 +53,8 @@ class ExecutionRecord:
     delta_pointer: Any = None
     commit_id: str | None = None
     error: str | None = None
+    expectations: dict[str, Any] = field(default_factory=dict)
+    """Per table: rows checked and rows failed per expectation (schema/expectations.py)."""
 
     @property
     def key(self) -> str:
@@ -85,87 +90,37 @@ def read_latest(
 
     ``where`` narrows it to the latest value it accepts (e.g. the records of one run).
 
-    Reads every partition from the start up to its end. A ``read_committed`` reader can hit
-    end-of-partition at the last stable offset before the commit markers of a just-committed
-    transaction land, so a partition counts as read only when that end reaches the high
-    watermark taken before reading; an end that stays behind (a transaction of another flow
-    still open there) is waited for, up to ``timeout_s``, then an error: a stale pointer
-    must never be used.
+    Reads every partition from its start up to the high watermark taken before reading. A
+    ``read_committed`` reader stops at the last stable offset, which lags behind the high
+    watermark while a transaction is open there (another run's) and, for a moment, after
+    one was committed (the broker writes the commit markers after ``commit_transaction``
+    returns): that end is waited for, up to ``timeout_s`` without progress, then an error:
+    a stale pointer must never be used.
 
     Raises:
         ProduceError: The topic cannot be read, or stays behind an open transaction.
     """
-    consumer = Consumer(_consumer_config(settings))
-    try:
-        partitions = _partitions(consumer, topic, settings.connect_timeout_s)
-        if not partitions:
-            return None
-        ends = {
-            p: consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=settings.connect_timeout_s
-            )[1]
-            for p in partitions
-        }
-        todo = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
-        return _scan(consumer, topic, key.encode(), todo, ends, timeout_s, where)
-    except KafkaException as exc:
-        raise ProduceError(f"cannot read {topic}: {exc.args[0]}", topic=topic, key=key) from exc
-    finally:
-        consumer.close()
-
-
-def _scan(
-    consumer: Consumer,
-    topic: str,
-    key: bytes,
-    todo: set[int],
-    ends: dict[int, int],
-    timeout_s: float,
-    where: Callable[[dict[str, Any]], bool] | None,
-) -> dict[str, Any] | None:
+    wanted = key.encode()
     latest: dict[str, Any] | None = None
-    deadline = time.monotonic() + timeout_s
-    while todo:
-        if time.monotonic() > deadline:
-            raise ProduceError(
-                f"{topic} could not be read to its end within {timeout_s:g} s (a transaction "
-                "is still open there); retry the run",
-                topic=topic,
-                partitions=sorted(todo),
-            )
-        msg = consumer.poll(_POLL_S)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                raise ProduceError(f"cannot read {topic}: {msg.error()}", topic=topic)
-            if msg.offset() >= ends[msg.partition()]:
-                todo.discard(msg.partition())
-            continue
-        if msg.key() == key and msg.value() is not None:
-            value = json.loads(msg.value())
-            if where is None or where(value):
-                latest = value
+    try:
+        ends = high_watermarks(settings, topic, timeout_s=settings.connect_timeout_s)
+        with consumer(settings, purpose="producer-lib-pointer") as client:
+            ranges = ranges_to_end(client, topic, timeout_s=settings.connect_timeout_s, ends=ends)
+            for messages in read_ranges(client, ranges or {}, stall_s=timeout_s):
+                for msg in messages:
+                    value = msg.value()
+                    if msg.key() != wanted or value is None:
+                        continue
+                    record = json.loads(value)
+                    if where is None or where(record):
+                        latest = record
+    except ReadStalled as exc:
+        raise ProduceError(
+            f"{topic} could not be read to its end within {timeout_s:g} s (a transaction "
+            "is still open there); retry the run",
+            topic=topic,
+            partitions=exc.context.get("left"),
+        ) from exc
+    except TopicReadError as exc:
+        raise ProduceError(exc.message, topic=topic, key=key) from exc
     return latest
-
-
-def _partitions(consumer: Consumer, topic: str, timeout_s: float) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if metadata is None or metadata.error is not None:
-        code = metadata.error.code() if metadata is not None and metadata.error else None
-        if code in (None, KafkaError.UNKNOWN_TOPIC_OR_PART):
-            return []  # no run was ever logged
-        raise ProduceError(f"cannot read {topic}: {metadata.error}", topic=topic)
-    return sorted(metadata.partitions)
-
-
-def _consumer_config(settings: KafkaSettings) -> dict[str, Any]:
-    return {
-        **settings.to_librdkafka(),
-        "group.id": f"producer-lib-pointer-{uuid.uuid4().hex}",  # assign only, never commits
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": "read_committed",  # the pointer of aborted runs must not count
-        "auto.offset.reset": "earliest",
-    }

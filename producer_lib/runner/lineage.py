@@ -211,7 +211,7 @@ def _schema_of(schema: Mapping[str, Mapping[str, str]], name: str) -> Mapping[st
 def _qualified_scope(
     tree: exp.Query, sources: Mapping[str, _Source], target: str, dialect: str
 ) -> Scope:
-    mapping = {
+    mapping: dict[str, object] = {
         source_id: dict.fromkeys(source.columns, "UNKNOWN")  # types play no part here
         for source_id, source in sources.items()
         if source.columns
@@ -234,7 +234,10 @@ def _plan(
     root: Scope, output_columns: Sequence[str] | None, target: str, dialect: str
 ) -> list[tuple[str | None, str, int | None]]:
     """List (target name if known, name in the SQL, position if reliable) per output."""
-    selects = root.expression.selects
+    query = root.expression
+    if not isinstance(query, exp.Query):  # the root of a query's scopes is that query
+        raise LineageError("The SQL is not a query", target=target)
+    selects = query.selects
     if not any(select.is_star for select in selects):
         names = [select.alias_or_name for select in selects]
         if output_columns is not None and len(output_columns) != len(names):
@@ -282,10 +285,11 @@ class _Tracer:
             return _Trace(frozenset(), False, exp.column(name))
         self._active.add(key)
         try:
-            if isinstance(scope.expression, exp.SetOperation):
-                return self._set_operation(scope, name, index)
-            if isinstance(scope.expression, exp.Select):
-                return self._select(scope, name, index)
+            expression = scope.expression
+            if isinstance(expression, exp.SetOperation):
+                return self._set_operation(scope, expression, name, index)
+            if isinstance(expression, exp.Select):
+                return self._select(scope, expression, name, index)
             return _Trace(frozenset(), False, exp.column(name))  # VALUES, table functions
         finally:
             self._active.discard(key)
@@ -310,8 +314,9 @@ class _Tracer:
         source = self.sources[source_id]
         return f"{source.name}.{source.column(column, self.written)}"
 
-    def _set_operation(self, scope: Scope, name: str, index: int | None) -> _Trace:
-        operation = scope.expression
+    def _set_operation(
+        self, scope: Scope, operation: exp.SetOperation, name: str, index: int | None
+    ) -> _Trace:
         named = operation.named_selects
         if index is None and name in named and "*" not in named:
             index = named.index(name)
@@ -324,10 +329,10 @@ class _Tracer:
         texts = dict.fromkeys(self.render(trace.expression) for trace in traces)
         return _Trace(columns, copy, exp.Paren(this=exp.Var(this=f" {keyword} ".join(texts))))
 
-    def _select(self, scope: Scope, name: str, index: int | None) -> _Trace:
-        select = _find_select(scope.expression, name, index)
+    def _select(self, scope: Scope, query: exp.Select, name: str, index: int | None) -> _Trace:
+        select = _find_select(query, name, index)
         if select is None:
-            return self._star(scope, name)
+            return self._star(scope, query, name)
         inner = select.unalias()
         traces = {
             (column.table, column.name): self._column(scope, column)
@@ -346,7 +351,9 @@ class _Tracer:
         columns: set[tuple[str, str]] = set()
         for query in find_all_in_scope(inner, *exp.UNWRAPPED_QUERIES):
             sub = scopes.get(id(query))
-            for name in query.named_selects if sub else ():
+            if sub is None:
+                continue
+            for name in query.named_selects:
                 columns |= self.trace(sub, name).columns
         return frozenset(columns)
 
@@ -387,9 +394,9 @@ class _Tracer:
             )
         return _Trace(frozenset({(source_id, column)}), True, exp.column(column, source_id))
 
-    def _star(self, scope: Scope, name: str) -> _Trace:
+    def _star(self, scope: Scope, query: exp.Select, name: str) -> _Trace:
         """Trace ``name`` through a ``*`` that had no schema to expand it."""
-        stars = [select for select in scope.expression.selects if select.is_star]
+        stars = [select for select in query.selects if select.is_star]
         if not stars:
             raise LineageError(
                 f"No column {name!r} in the SQL",

@@ -13,7 +13,12 @@ a registry per application (:mod:`producer_lib.prometheus`):
   a failed run's rows were aborted, but they were read and sent);
 - ``producer_run_duration_seconds{function}`` (a histogram): runs that ran;
 - ``producer_last_success_timestamp_seconds{function,dataflow}``: when a run last completed;
-- ``producer_runs_in_progress{function}``.
+- ``producer_runs_in_progress{function}``;
+- ``producer_expectation_rows_checked_total{function,table}``: rows checked against the
+  table's expectations (:mod:`producer_lib.schema.expectations`);
+- ``producer_expectation_rows_failed_total{function,table,expectation,action}``: rows that
+  failed one (``warn``: produced, ``drop``: sent to ``_rejected_rows``, ``fail``: the run
+  failed).
 
 Counts and names only: no row's values, no run id, no error text.
 """
@@ -76,6 +81,18 @@ class RunMetrics:
             flow,
             registry=self.registry,
         )
+        self._checked = Counter(
+            "producer_expectation_rows_checked",
+            "Rows checked against the table's expectations.",
+            ["function", "table"],
+            registry=self.registry,
+        )
+        self._failed = Counter(
+            "producer_expectation_rows_failed",
+            "Rows that failed an expectation, by expectation and action.",
+            ["function", "table", "expectation", "action"],
+            registry=self.registry,
+        )
         running = Gauge(
             "producer_runs_in_progress",
             "Runs in progress here.",
@@ -97,6 +114,11 @@ class RunMetrics:
             self._duration.labels(self.function).observe(float(body["duration_s"]))
         if status == "COMPLETED":
             self._success.labels(self.function, dataflow).set(time.time())
+        for table, report in (body.get("expectations") or {}).items():
+            self._checked.labels(self.function, table).inc(int(report["rows_checked"]))
+            for name, count in report["expectations"].items():
+                failed = self._failed.labels(self.function, table, name, str(count["action"]))
+                failed.inc(int(count["failed"]))
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The metrics as a scrape asks for them: body and content type."""

@@ -32,6 +32,7 @@ class RunResult:
     delta_pointer: Any
     error: str | None = None
     truncated: dict[str, dict[str, int]] = field(default_factory=dict)
+    expectations: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import json
 import logging
 import time
@@ -30,11 +31,19 @@ from typing import Any, Literal, get_args
 from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.producer import KafkaProducer, PendingCommit
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC, LINEAGE_TOPIC
-from producer_lib.runner.execution_log import ExecutionRecord, LoadKind, log_key, read_latest
+from producer_lib.runner.execution_log import (
+    ExecutionRecord,
+    LoadKind,
+    RunStatus,
+    log_key,
+    read_latest,
+)
 from producer_lib.runner.lineage_records import lineage_records
 from producer_lib.runner.result import RunFailed, RunResult
+from producer_lib.runner.runs import azure_http
 from producer_lib.settings import FlowSettings, KafkaSettings
 from producer_lib.sources import DuckDBReader, SourceAdapter
+from producer_lib.staging.expectations import merge_reports
 
 __all__ = ["FunctionRunner", "RunFailed", "RunResult"]
 
@@ -59,6 +68,7 @@ class _Run:
     rows: dict[str, int] = field(default_factory=dict)
     commit_ids: list[str] = field(default_factory=list)
     truncated: dict[str, dict[str, int]] = field(default_factory=dict)
+    expectations: dict[str, Any] = field(default_factory=dict)
     clock: float = field(default_factory=time.monotonic)
 
 
@@ -150,7 +160,7 @@ class FunctionRunner:
         """
         try:  # the settings' own errors name the variable and never show a value
             environment = FlowSettings().environment
-            settings = settings or KafkaSettings()
+            settings = settings or KafkaSettings.from_env()
         except ConfigError as exc:
             raise ConfigError(exc.message, **{**exc.context, "flow": self.function_name}) from None
         return KafkaProducer(
@@ -176,8 +186,6 @@ class FunctionRunner:
         409 (a concurrent run took over), 500 (failed) or 503 (retry later); see
         :mod:`producer_lib.runner.triggers`. ``producer`` and ``reader`` as in :meth:`run`.
         """
-        from producer_lib.runner.runs import azure_http
-
         return await azure_http(self, req, producer, reader)
 
     # -- a run ----------------------------------------------------------------------------
@@ -246,6 +254,7 @@ class FunctionRunner:
                     "the load produced rows but did not commit them; call "
                     "producer.commit() at its end (they were aborted)"
                 )
+            merge_reports(run.expectations, producer.take_expectation_reports())
             if not run.commit_ids or run.staged_pointer != run.committed_pointer:
                 self._log_record(producer, run, "COMPLETED", pointer=run.staged_pointer)
             return self._result(run, "COMPLETED")
@@ -295,6 +304,7 @@ class FunctionRunner:
         """Inside each commit: lineage and COMPLETED; after it succeeded: the bookkeeping."""
 
         def hook(pending: PendingCommit) -> None:
+            merge_reports(run.expectations, producer.take_expectation_reports())
             rows = {t: run.rows.get(t, 0) + n for t, n in pending.rows.items()}
             for key, value in lineage_records(run.reader, pending, self.logger):
                 producer.produce_system_record(LINEAGE_TOPIC, key, value)
@@ -310,7 +320,9 @@ class FunctionRunner:
 
         return hook
 
-    def _record(self, run: _Run, status: str, *, pointer: Any, **extra: Any) -> ExecutionRecord:
+    def _record(
+        self, run: _Run, status: RunStatus, *, pointer: Any, **extra: Any
+    ) -> ExecutionRecord:
         finished = None if status == "STARTED" else _now()
         commit_id = run.commit_ids[-1] if run.commit_ids else None
         fields = {"commit_id": commit_id, **extra}
@@ -320,10 +332,11 @@ class FunctionRunner:
             finished_at=finished,
             rows=dict(run.rows),
             delta_pointer=pointer,
+            expectations=copy.deepcopy(run.expectations),
             **fields,
         )
 
-    def _log_record(self, producer: KafkaProducer, run: _Run, status: str, **kw: Any) -> None:
+    def _log_record(self, producer: KafkaProducer, run: _Run, status: RunStatus, **kw: Any) -> None:
         """Write one execution-log record in its own transaction."""
         record = self._record(run, status, **kw)
         producer.produce_system_record(EXECUTION_LOG_TOPIC, *record.encode())
@@ -341,6 +354,7 @@ class FunctionRunner:
             run.record.run_id,
             error,
         )
+        merge_reports(run.expectations, producer.take_expectation_reports())
         await self._log_failed(producer, run, error)
         result = self._result(run, "FAILED", error=error)
         return RunFailed(
@@ -405,6 +419,7 @@ class FunctionRunner:
             delta_pointer=run.committed_pointer,
             error=error,
             truncated={table: dict(columns) for table, columns in run.truncated.items()},
+            expectations=copy.deepcopy(run.expectations),
         )
         if status == "COMPLETED":
             self.logger.info(

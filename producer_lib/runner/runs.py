@@ -36,14 +36,19 @@ from typing import TYPE_CHECKING, Any
 from producer_lib.errors import ConfigError, ProduceError, ProducerLibError
 from producer_lib.kafka.topics import EXECUTION_LOG_TOPIC
 from producer_lib.runner.execution_log import log_key, read_latest
-from producer_lib.runner.triggers import RunRequest, execute, parse_run_request, response_for
+from producer_lib.runner.triggers import (
+    Runnable,
+    RunRequest,
+    execute,
+    parse_run_request,
+    response_for,
+)
 from producer_lib.settings import KafkaSettings, TriggerSettings
 
 if TYPE_CHECKING:
     import azure.functions as func
 
     from producer_lib.kafka.producer import KafkaProducer
-    from producer_lib.runner.runner import FunctionRunner
     from producer_lib.sources import SourceAdapter
 
 __all__ = [
@@ -83,7 +88,7 @@ def http_wait_s() -> float:
 class TrackedRun:
     """One run started by an HTTP trigger, while it runs and after."""
 
-    runner: FunctionRunner
+    runner: Runnable
     dataflow: str
     partition: str
     task: asyncio.Task[tuple[int, dict[str, Any]]]
@@ -153,7 +158,7 @@ class RunRegistry:
 
     def start(
         self,
-        runner: FunctionRunner,
+        runner: Runnable,
         request: RunRequest,
         producer: KafkaProducer | None,
         reader: SourceAdapter | None,
@@ -237,7 +242,7 @@ def status_url(run_url: str, run_id: str, function_name: str, dataflow: str, par
 
 
 async def answer_run(
-    runner: FunctionRunner,
+    runner: Runnable,
     request: RunRequest,
     run_url: str,
     producer: KafkaProducer | None = None,
@@ -310,7 +315,7 @@ def _running(tracked: TrackedRun) -> dict[str, Any]:
     }
 
 
-def _rejected(runner: FunctionRunner, error: str) -> dict[str, Any]:
+def _rejected(runner: Runnable, error: str) -> dict[str, Any]:
     return {"function_name": runner.function_name, "status": "REJECTED", "error": error}
 
 
@@ -343,7 +348,7 @@ async def run_status(run_id: str, query: Mapping[str, str]) -> tuple[int, dict[s
             "to look it up on _execution_log",
         }
     try:
-        settings = KafkaSettings()  # type: ignore[call-arg]  # from the environment
+        settings = KafkaSettings.from_env()
         record = await asyncio.to_thread(read_run_record, settings, log_key(*names), run_id)
     except (ConfigError, ProduceError) as exc:
         return 503, {"run_id": run_id, "status": "UNKNOWN", "error": str(exc)}
@@ -399,7 +404,7 @@ async def azure_run_status(req: func.HttpRequest) -> func.HttpResponse:
 
 
 async def azure_http(
-    runner: FunctionRunner,
+    runner: Runnable,
     req: func.HttpRequest,
     producer: KafkaProducer | None,
     reader: SourceAdapter | None,

@@ -173,7 +173,7 @@ def settings_problem() -> str | None:
     The settings are read again on each call, as a run would read them.
     """
     try:
-        KafkaSettings()
+        KafkaSettings.from_env()
         FlowSettings()
         SchemaRegistrySettings()
     except ConfigError as exc:

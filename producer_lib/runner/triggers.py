@@ -24,9 +24,10 @@ happened:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from producer_lib.errors import ConfigError, ProducerLibError, Transient
 from producer_lib.kafka.transactions import TransactionFailed
@@ -34,10 +35,39 @@ from producer_lib.runner.result import RunFailed, RunResult
 
 if TYPE_CHECKING:
     from producer_lib.kafka.producer import KafkaProducer
-    from producer_lib.runner.runner import FunctionRunner
     from producer_lib.sources import SourceAdapter
 
-__all__ = ["RunRequest", "parse_run_request", "response_for", "status_for"]
+__all__ = ["RunRequest", "Runnable", "parse_run_request", "response_for", "status_for"]
+
+
+class Runnable(Protocol):
+    """What a trigger needs of a flow's runner; :class:`~producer_lib.runner.FunctionRunner` is one.
+
+    The triggers (this module, :mod:`producer_lib.runner.runs`, ``producer-lib serve``) drive
+    a runner through these names only, so they never import the runner's module, which
+    serves ``FunctionRunner.http`` with them.
+    """
+
+    function_name: str
+    logger: logging.Logger
+
+    @property
+    def run_id(self) -> str:
+        """Id of the run in progress in the caller's context."""
+        ...
+
+    async def run(
+        self,
+        load: str,
+        producer: KafkaProducer | None = None,
+        reader: SourceAdapter | None = None,
+        *,
+        dataflow: str = "default",
+        partition: str = "0",
+    ) -> RunResult:
+        """Run one load and log it (see :meth:`FunctionRunner.run`)."""
+        ...
+
 
 _PARAMS = ("load", "dataflow", "partition")
 
@@ -97,7 +127,7 @@ def _causes(error: BaseException) -> Any:
 
 
 def response_for(
-    runner: FunctionRunner, outcome: RunResult | BaseException
+    runner: Runnable, outcome: RunResult | BaseException
 ) -> tuple[int, dict[str, Any]]:
     """Status code and JSON body for a result or an error."""
     if isinstance(outcome, RunFailed):
@@ -109,7 +139,7 @@ def response_for(
 
 
 async def execute(
-    runner: FunctionRunner,
+    runner: Runnable,
     request: RunRequest,
     producer: KafkaProducer | None = None,
     reader: SourceAdapter | None = None,

@@ -32,6 +32,7 @@ package itself stays pure (no Kafka, Spark or DuckDB connections).
 
 from producer_lib.schema.duckdb_types import avro_type_from_duckdb, value_schema_from_describe
 from producer_lib.schema.encoder import AvroEncoder
+from producer_lib.schema.expectations import Expectation
 from producer_lib.schema.framing import (
     Header,
     confluent_header,
@@ -109,6 +110,7 @@ __all__ = [
     "AvroURI",
     "AvroUUID",
     "AvroVarchar",
+    "Expectation",
     "ForeignKey",
     "Header",
     "KeySchema",

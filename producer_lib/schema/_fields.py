@@ -227,6 +227,8 @@ def plan_fields(schema: dict[str, Any], truncate_text: bool = False) -> list[Fie
         parsed = fastavro.parse_schema(schema)
     except Exception as exc:
         raise SchemaError(f"invalid Avro schema: {exc}", schema=schema.get("name")) from exc
+    if not isinstance(parsed, dict):  # a record schema parses to a record
+        raise SchemaError("invalid Avro schema: not a record", schema=schema.get("name"))
     return [
         _plan(field, {**parsed, "fields": [parsed_field]}, truncate_text)
         for field, parsed_field in zip(schema["fields"], parsed["fields"], strict=True)

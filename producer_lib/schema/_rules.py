@@ -172,10 +172,10 @@ def _map_guard(spec: dict[str, Any], truncate_text: bool) -> Guard | None:
 def _record_guard(spec: dict[str, Any], truncate_text: bool) -> Guard | None:
     guards: list[tuple[tuple[str, ...], Guard]] = []
     for field in spec.get("fields") or ():
-        guard = build_guard(field.get("type"), truncate_text)
-        if guard is not None:
+        field_guard = build_guard(field.get("type"), truncate_text)
+        if field_guard is not None:
             names = (field["name"], *([field["sourceName"]] if "sourceName" in field else []))
-            guards.append((names, guard))
+            guards.append((names, field_guard))
     if not guards:
         return None
 

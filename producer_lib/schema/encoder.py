@@ -218,8 +218,10 @@ def _table_name(schema: Mapping[str, Any]) -> str:
 
 def _shown_key(value: Any) -> Any:
     """A key value for an error message: long text cut to a readable length."""
-    if isinstance(value, str | bytes) and len(value) > _SHOWN_KEY:
-        return value[:_SHOWN_KEY] + ("..." if isinstance(value, str) else b"...")
+    if isinstance(value, str) and len(value) > _SHOWN_KEY:
+        return value[:_SHOWN_KEY] + "..."
+    if isinstance(value, bytes) and len(value) > _SHOWN_KEY:
+        return value[:_SHOWN_KEY] + b"..."
     return value
 
 

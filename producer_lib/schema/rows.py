@@ -1,7 +1,9 @@
-r"""Python rows to an Arrow table for the encoder, without altering or losing a value.
+r"""Python rows to an Arrow table, without altering or losing a value.
 
-``pa.Table.from_pylist(rows, schema=...)`` has two silent or nameless failures for change
-rows a flow builds by hand (``produce_row``): a float32 column turns ``1e300`` into ``inf``,
+Rows a flow builds by hand (``produce_row``: dicts by column name) and pages a reader fetched
+(a database cursor's tuples, in column order) become Arrow the same way.
+``pa.Table.from_pylist(rows, schema=...)`` has two silent or nameless failures for such
+rows: a float32 column turns ``1e300`` into ``inf``,
 and a lone surrogate (``"\ud800"``) raises a bare ``UnicodeEncodeError``. :func:`rows_to_arrow`
 builds float32 columns as float64, so the encoder refuses what float32 cannot hold (naming
 the row) instead of Arrow rounding it to inf, and turns a conversion failure into an
@@ -9,12 +11,16 @@ the row) instead of Arrow rounding it to inf, and turns a conversion failure int
 
     table = rows_to_arrow([row], value_schema.get_pyarrow(), table="LABWARE.SAMPLE_PLAN")
     encoder.encode_buffer(table, constants, header)
+    page = rows_to_arrow(cursor.fetchmany(10_000), arrow_schema, table="ORDERS")  # tuples
+
+A float32 column built as float64 and appended to a DuckDB ``FLOAT`` column is narrowed by
+DuckDB, which refuses a value out of range rather than store inf.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -32,13 +38,15 @@ _CONVERSION_ERRORS = (
 )  # UnicodeEncodeError is a ValueError
 
 
-def rows_to_arrow(
-    rows: Sequence[Mapping[str, Any]], schema: pa.Schema, table: str | None = None
-) -> pa.Table:
+Row = Mapping[str, Any] | Sequence[Any]
+
+
+def rows_to_arrow(rows: Sequence[Row], schema: pa.Schema, table: str | None = None) -> pa.Table:
     """Build an Arrow table of ``schema`` from Python rows, column by column.
 
     Args:
-        rows: The rows; a missing key is null.
+        rows: The rows: mappings by column name (a missing key is null), or sequences of
+            values in the schema's column order (a database cursor's tuples).
         schema: The columns wanted. float32 columns (also inside lists, maps and structs)
             are built as float64: the encoder narrows them and refuses overflow.
         table: Table name for error messages.
@@ -48,11 +56,30 @@ def rows_to_arrow(
 
     Raises:
         EncodeError: A value does not convert to its column's type (naming table, column,
-            row and why; a lone surrogate is said in plain words).
+            row and why; a lone surrogate is said in plain words), or a row of values has
+            not one value per column.
     """
     widened = widen_floats(schema)
-    arrays = [_column(rows, field, table) for field in widened]
+    columns = _columns(rows, widened.names, table)
+    arrays = [_column(values, field, table) for values, field in zip(columns, widened, strict=True)]
     return pa.Table.from_arrays(arrays, schema=widened)
+
+
+def _columns(rows: Sequence[Row], names: list[str], table: str | None) -> list[Sequence[Any]]:
+    """The rows' values column by column: by name from mappings, by position from sequences."""
+    if not rows:
+        return [[] for _ in names]
+    if isinstance(rows[0], Mapping):
+        by_name = cast(Sequence[Mapping[str, Any]], rows)
+        return [[row.get(name) for row in by_name] for name in names]
+    widths = {len(row) for row in rows}
+    if widths != {len(names)}:
+        raise EncodeError(
+            f"rows have {sorted(widths)} values, the schema {len(names)} columns",
+            table=table,
+            columns=names,
+        )
+    return list(zip(*rows, strict=True))
 
 
 def widen_floats(schema: pa.Schema) -> pa.Schema:
@@ -75,8 +102,7 @@ def _widen(typ: pa.DataType) -> pa.DataType:
     return typ
 
 
-def _column(rows: Sequence[Mapping[str, Any]], field: pa.Field, table: str | None) -> pa.Array:
-    values = [row.get(field.name) for row in rows]
+def _column(values: Sequence[Any], field: pa.Field, table: str | None) -> pa.Array:
     try:
         return pa.array(values, type=field.type)
     except _CONVERSION_ERRORS:

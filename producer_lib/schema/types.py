@@ -410,6 +410,11 @@ _TO_SPARK: dict[type[AvroType], Callable[[Any], str]] = {
 }
 
 
+def _no_properties(cls: type[AvroType]) -> Callable[[dict[str, Any]], AvroType]:
+    """The parser of a type that has no properties of its own: its class, called."""
+    return lambda _: cls()
+
+
 def _simple_key(spec: AvroJson) -> tuple[str, str | None]:
     if isinstance(spec, dict):
         return spec["type"], spec["logicalType"]
@@ -417,7 +422,7 @@ def _simple_key(spec: AvroJson) -> tuple[str, str | None]:
 
 
 _FROM_JSON: dict[tuple[str, str | None], Callable[[dict[str, Any]], AvroType]] = {
-    **{_simple_key(spec): (lambda d, cls=cls: cls()) for cls, (spec, *_) in _SIMPLE.items()},
+    **{_simple_key(spec): _no_properties(cls) for cls, (spec, *_) in _SIMPLE.items()},
     ("bytes", "decimal"): lambda d: AvroDecimal(_int_prop(d, "precision"), d.get("scale", 0)),
     ("string", "VARCHAR"): lambda d: AvroVarchar(_int_prop(d, "length"), d.get("truncate") is True),
     ("string", "NVARCHAR"): lambda d: AvroNVarchar(
@@ -458,13 +463,11 @@ def avro_type_from_json(data: AvroJson) -> AvroType:
     """
     if isinstance(data, list):
         raise SchemaError("A union is not a type; only fields, items, values are nullable")
-    if isinstance(data, str):
-        base, logical = data, None
-    else:
-        base, logical = data.get("type"), data.get("logicalType")
-        if isinstance(base, (dict, list)):
-            return avro_type_from_json(base)
+    spec = data if isinstance(data, dict) else {"type": data}
+    base, logical = spec.get("type"), spec.get("logicalType")
+    if isinstance(base, (dict, list)):
+        return avro_type_from_json(base)
     parser = _FROM_JSON.get((str(base), logical)) or _FROM_JSON.get((str(base), None))
     if parser is None:
         raise SchemaError("Unsupported Avro type", avro_type=data)
-    return parser(data if isinstance(data, dict) else {"type": data})
+    return parser(spec)

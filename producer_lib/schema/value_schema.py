@@ -19,6 +19,9 @@ Record-level properties of the schema JSON (all optional except ``primaryKeys``)
     retentionPeriod        ISO 8601 duration, e.g. "P30D"
     deletionPolicy         free text, e.g. "delete-after-retention"
     dataClassification     classification of the whole table
+    expectations           [{"name": ..., "sql": ..., "action": "warn"|"drop"|"fail",
+                             "column": ...}]: rules the producer checks before producing
+                           (producer_lib/schema/expectations.py); only present when declared
 
 Field-level: ``doc`` (column comment), ``sourceName``, ``dataClassification``. Metadata always
 names columns by their original names: that is what the lakehouse table uses, and a foreign
@@ -43,6 +46,7 @@ from producer_lib.schema._governance import (
 )
 from producer_lib.schema._keys import ForeignKey, KeysMixin
 from producer_lib.schema._layout import LayoutMixin
+from producer_lib.schema.expectations import Expectation, ExpectationsMixin
 from producer_lib.schema.names import decode_name, encode_name, is_valid_avro_name
 from producer_lib.schema.types import (
     AvroField,
@@ -71,6 +75,7 @@ _KNOWN_PROPS = _RECORD_KEYS | {
     "foreignKeys",
     "truncateText",
     "clusterBy",
+    "expectations",
     *GOVERNANCE_PROPERTIES,
 }
 
@@ -91,7 +96,7 @@ def _record_header(name: str, namespace: str, doc: str | None) -> dict[str, Any]
     return header
 
 
-class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin):
+class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin, ExpectationsMixin):
     """The value schema of one table: payload fields, keys, comments and governance metadata.
 
     Text longer than its ``AvroVarchar``/``AvroNVarchar`` length is refused when encoded (an
@@ -112,6 +117,7 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin):
         >>> schema.add_field("ID", AvroLong(), nullable=False)
         >>> schema.add_primary_key("ID")  # or: schema.pks = ["ID"]
         >>> schema.set_data_product_owner_email("owner@example.com")
+        >>> schema.expect('"ID" > 0', name="id_positive", action="drop")
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin):
         self._governance: dict[str, str] = {}
         self._classifications: dict[str, str] = {}
         self._cluster_by: list[str] = []
+        self._expectations: dict[str, Expectation] = {}
         self.properties: dict[str, Any] = {}
         """Further record-level properties, kept as they are."""
 
@@ -225,6 +232,8 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin):
             schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
         if self._cluster_by:
             schema["clusterBy"] = list(self._cluster_by)
+        if self._expectations:
+            schema["expectations"] = [e.to_json() for e in self._expectations.values()]
         schema.update(
             {key: self._governance[key] for key in GOVERNANCE_PROPERTIES if key in self._governance}
         )
@@ -289,6 +298,7 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin):
             )
         self._governance.update({k: raw[k] for k in GOVERNANCE_PROPERTIES if k in raw})
         self.set_cluster_columns(*raw.get("clusterBy", ()))
+        self._restore_expectations(raw.get("expectations", []))
         self.properties.update({k: v for k, v in raw.items() if k not in _KNOWN_PROPS})
 
     def __eq__(self, other: object) -> bool:

@@ -8,7 +8,7 @@ the environment variable (``KAFKA_BOOTSTRAP_SERVERS is not set``), never pydanti
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import SecretStr, ValidationError
 from pydantic_core import PydanticUseDefault
@@ -52,6 +52,18 @@ class EnvSettings(BaseSettings):
             problems = [f"{env_name(type(self), field)} is not valid JSON"]
         # Raised here, outside the except blocks, so no traceback chains the pydantic error.
         raise ConfigError(f"invalid {self._what}: {'; '.join(problems)}")
+
+    @classmethod
+    def from_env(cls) -> Self:
+        """The settings as the environment (and ``.env``) gives them, nothing passed in.
+
+        The same as calling the class without arguments; type checkers, which see the
+        required fields as required arguments, accept this form.
+
+        Raises:
+            ConfigError: A setting is missing, malformed or contradicts another one.
+        """
+        return cls()
 
 
 def env_name(settings: type[BaseSettings], field: str) -> str:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
+from producer_lib.schema.rows import rows_to_arrow
+from producer_lib.sources.adapter import SourceAdapter
 from producer_lib.sources.delta_changes import (
     ChangesExpiredError,
     DeltaChanges,

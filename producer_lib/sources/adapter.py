@@ -22,9 +22,11 @@ from the event loop, from gathered tasks or from threads alike. They hold a lock
 DuckDB connection, so one call runs at a time; called on the event loop they block it while
 DuckDB creates the table or appends the page (milliseconds for pages of thousands of rows),
 which costs less than a hop to a worker thread per page. Code written when both were
-coroutines keeps working: ``await reader.insert_page(...)`` awaits the row count it returns
-(an ``int`` that is also awaitable), and ``await reader.prepare_load(...)`` gets the schema
-(see :meth:`SourceAdapter.prepare_load` for how).
+coroutines keeps working, deprecated (a ``FlowPlatformDeprecationWarning`` naming the release
+that removes it): ``await reader.insert_page(...)`` awaits the row count it returns (an
+``int`` that is also awaitable), and ``await reader.prepare_load(...)`` gets the schema (see
+:meth:`SourceAdapter.prepare_load` for how). A reader of the library calls both plainly and
+passes the result through :func:`settle`, which awaits only a subclass's coroutine override.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
 from types import CodeType, TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 import duckdb
 import pyarrow as pa
 
+from producer_lib._deprecation import deprecated
 from producer_lib.errors import SourceError
 from producer_lib.schema import ValueSchema
 from producer_lib.sources.progress import Progress
@@ -79,36 +82,44 @@ class LoadRecord:
     source_schema: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
-def rows_to_arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
-    """Turn a page of row tuples into an Arrow table of ``schema`` (column by column).
-
-    Raises:
-        SourceError: A value does not fit its column's type (names the column).
-    """
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-    arrays = []
-    for item, values in zip(schema, columns, strict=True):
-        try:
-            arrays.append(pa.array(values, type=item.type, from_pandas=False))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-            raise SourceError(
-                f"Value does not fit its column: {exc}", column=item.name, arrow_type=str(item.type)
-            ) from exc
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
 class PageRows(int):
     """The rows :meth:`SourceAdapter.insert_page` appended: an ``int`` that ``await`` accepts.
 
-    ``insert_page`` used to be a coroutine; awaiting its result gives the same count.
+    ``insert_page`` used to be a coroutine; awaiting its result gives the same count, with a
+    deprecation warning pointing at the ``await``.
     """
 
     def __await__(self) -> Generator[Any, None, int]:
+        deprecated("awaiting SourceAdapter.insert_page", "a plain call", removed_in="1.0.0")
         return _ready(int(self)).__await__()
 
 
 async def _ready(value: _T) -> _T:
     return value
+
+
+async def settle(result: Any) -> Any:
+    """The result of a staging call, awaited only where a subclass's override is a coroutine.
+
+    For the library's own readers: they call ``insert_page`` (and ``prepare_load``) plainly,
+    as flow authors do, and must still await what an override written as a coroutine returns,
+    without tripping the deprecation of awaiting the plain methods.
+    """
+    if isinstance(result, PageRows) or not inspect.isawaitable(result):
+        return result
+    return await result
+
+
+def _awaited_by_caller() -> bool:
+    """True when the caller of ``prepare_load`` awaits its result right away.
+
+    Only ``prepare_load`` asks: its result must be a real :class:`pyarrow.Schema` (pyarrow's
+    functions accept nothing else), and that type can be neither subclassed with an
+    ``__await__`` nor given one, so the awaited form cannot be told apart by the value. The
+    caller's next bytecode instruction tells it instead. Goes with the deprecation.
+    """
+    frame = sys._getframe(2)
+    return _awaits_after(frame.f_code, frame.f_lasti)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -118,15 +129,6 @@ def _awaits_after(code: CodeType, last_instruction: int) -> bool:
         if instruction.offset > last_instruction:
             return instruction.opname == "GET_AWAITABLE"
     return False
-
-
-def _caller_awaits() -> bool:
-    """True when the caller of the method calling this awaits the method's result."""
-    try:
-        frame = sys._getframe(2)
-    except ValueError:  # pragma: no cover - no such frame
-        return False
-    return _awaits_after(frame.f_code, frame.f_lasti)
 
 
 def _marks_open(enter: Callable[..., Awaitable[Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
@@ -334,25 +336,27 @@ class SourceAdapter:
         ``table_schema`` becomes :attr:`table_schema`, so a reader that overrides
         :meth:`load` needs nothing else. A plain method: the table exists when it returns.
 
-        The result is a real :class:`pyarrow.Schema` (pyarrow's functions need one, and that
-        type can be neither extended nor made awaitable). For code written when this was a
-        coroutine, a call whose result is awaited right away (``await
-        reader.prepare_load(...)``, found from the caller's next bytecode instruction)
-        returns the schema inside a finished awaitable instead.
+        The result is a real :class:`pyarrow.Schema`: pyarrow's functions need one. Code
+        written when this was a coroutine (``await reader.prepare_load(...)``) gets the
+        schema in a finished awaitable instead, with a deprecation warning
+        (:func:`_awaited_by_caller` tells the two calls apart).
         """
         arrow_schema = table_schema.get_pyarrow(technical=False)
         with self._lock:
             result = create_table(self.connection, duckdb_table, arrow_schema)
             self._progress[duckdb_table] = Progress(self.logger, duckdb_table)
             self._table_schema = table_schema
-        return _ready(result) if _caller_awaits() else result  # type: ignore[return-value]
+        if _awaited_by_caller():
+            deprecated("awaiting SourceAdapter.prepare_load", "a plain call", removed_in="1.0.0")
+            return cast(pa.Schema, _ready(result))
+        return result
 
     def insert_page(self, duckdb_table: str, arrow_table: pa.Table) -> PageRows:
         """Append a page to ``duckdb_table`` (columns by name); return the rows appended.
 
         A plain method, safe from concurrent tasks and threads: the page is in the table
         when it returns (appends take the connection's lock one at a time). The count is
-        also awaitable, so ``await reader.insert_page(...)`` works as it did.
+        also awaitable, so ``await reader.insert_page(...)`` works as it did (deprecated).
 
         Raises:
             SourceError: A column is unknown or a value does not fit (names the table).
@@ -412,9 +416,7 @@ class SourceAdapter:
         if source_system:
             schema.properties["sourceSystem"] = source_system
         await self.augment_schema()
-        arrow_schema = self.prepare_load(duckdb_table, schema)
-        if inspect.isawaitable(arrow_schema):  # a subclass's override written as a coroutine
-            arrow_schema = await arrow_schema
+        arrow_schema = await settle(self.prepare_load(duckdb_table, schema))
         await self._copy(duckdb_table, sql, arrow_schema)
         self._progress[duckdb_table].done()
         started = time.monotonic()

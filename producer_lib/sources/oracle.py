@@ -36,7 +36,7 @@ from pydantic import SecretStr
 from producer_lib.errors import ConfigError, SourceError
 from producer_lib.schema import ValueSchema
 from producer_lib.settings import OracleConnectionSettings
-from producer_lib.sources.adapter import SourceAdapter
+from producer_lib.sources.adapter import SourceAdapter, settle
 from producer_lib.sources.dictionary import SourceTable, apply_dictionary, source_table_of
 from producer_lib.sources.oracle_dictionary import (
     COLUMN_COMMENTS_SQL,
@@ -170,7 +170,8 @@ class OracleReader(SourceAdapter):
                     "OracleReader(settings, logger): user, password and dsn come from the settings",
                     secret=user.secret_name,
                 )
-            user, secret, dsn = user.user, user.password, user.dsn
+            settings = user
+            user, secret, dsn = settings.user, settings.password, settings.dsn
         elif isinstance(password, str) and dsn:
             secret = SecretStr(password)
         else:
@@ -221,7 +222,7 @@ class OracleReader(SourceAdapter):
             ):
                 page = fetch.to_page(frame)
                 if page.num_rows:
-                    await self.insert_page(duckdb_table, page)
+                    await settle(self.insert_page(duckdb_table, page))
         except oracledb.Error as exc:
             raise SourceError(
                 f"Reading from Oracle failed: {exc}", table=duckdb_table, sql=sql

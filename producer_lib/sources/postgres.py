@@ -39,7 +39,7 @@ import pyarrow as pa
 from psycopg import sql as pgsql
 from psycopg.types.string import TextLoader
 
-from producer_lib.errors import SchemaError, SourceError
+from producer_lib.errors import EncodeError, SchemaError, SourceError
 from producer_lib.schema import (
     AvroArray,
     AvroBoolean,
@@ -59,7 +59,8 @@ from producer_lib.schema import (
     AvroUUID,
     ValueSchema,
 )
-from producer_lib.sources.adapter import SourceAdapter, rows_to_arrow
+from producer_lib.schema.rows import rows_to_arrow
+from producer_lib.sources.adapter import SourceAdapter, settle
 from producer_lib.sources.dictionary import (
     SourceTable,
     apply_dictionary,
@@ -314,7 +315,9 @@ class PostgresReader(SourceAdapter):
             async with self.pg.cursor(name="flow_load") as cur:
                 await cur.execute(sql)  # type: ignore[arg-type]
                 while rows := await cur.fetchmany(self.page_size):
-                    await self.insert_page(duckdb_table, rows_to_arrow(rows, page_schema))
+                    await settle(
+                        self.insert_page(duckdb_table, _page(rows, page_schema, duckdb_table))
+                    )
         except psycopg.Error as exc:
             raise SourceError(
                 f"Reading from PostgreSQL failed: {exc}", table=duckdb_table, sql=sql
@@ -359,3 +362,11 @@ def _regclass_text(source: SourceTable) -> str:
 
     name = part(source.name, source.name_quoted)
     return f"{part(source.schema, source.schema_quoted)}.{name}" if source.schema else name
+
+
+def _page(rows: list[tuple[Any, ...]], schema: pa.Schema, duckdb_table: str) -> pa.Table:
+    """A page of the cursor's rows in Arrow; a value that does not fit is the source's error."""
+    try:
+        return rows_to_arrow(rows, schema, table=duckdb_table)
+    except EncodeError as exc:
+        raise SourceError(f"Value does not fit its column: {exc.message}", **exc.context) from exc

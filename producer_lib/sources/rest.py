@@ -59,7 +59,7 @@ import pyarrow as pa
 
 from producer_lib.errors import SourceError
 from producer_lib.schema import ValueSchema
-from producer_lib.sources.adapter import SourceAdapter
+from producer_lib.sources.adapter import SourceAdapter, settle
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})  # throttled or a server hiccup
 _LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,]+)*)")
@@ -296,7 +296,7 @@ class RestReader(SourceAdapter):
                     seen.add(following)
                     fetching = asyncio.create_task(self.fetch_page(following))
                 page = self._convert(duckdb_table, url, payload, page_schema)
-                await self.insert_page(duckdb_table, page)
+                await settle(self.insert_page(duckdb_table, page))
                 url = following or url
         finally:
             if fetching is not None:
@@ -305,7 +305,7 @@ class RestReader(SourceAdapter):
     async def _load_page(self, duckdb_table: str, url: str, page_schema: pa.Schema) -> None:
         payload = await self.fetch_json(url)
         page = self._convert(duckdb_table, url, payload, page_schema)
-        await self.insert_page(duckdb_table, page)  # awaited: an override may be a coroutine
+        await settle(self.insert_page(duckdb_table, page))  # an override may be a coroutine
 
     def _convert(self, duckdb_table: str, url: str, payload: Any, schema: pa.Schema) -> pa.Table:
         try:

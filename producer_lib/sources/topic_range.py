@@ -11,29 +11,28 @@ reached its end; messages produced later wait for the next read. Nothing is comm
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import OFFSET_INVALID, IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from producer_lib.errors import ConfigError, SourceError
+from producer_lib.kafka.topic_reader import (
+    ReadStalled,
+    TopicReadError,
+    consumer,
+    messages_to_arrow,
+    read_ranges,
+)
 from producer_lib.settings import KafkaSettings
 
 _log = logging.getLogger(__name__)
 RAW_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary())])
-_CONSUMER_DEFAULTS = {
-    "isolation.level": "read_committed",  # aborted transactions are never rows
-    "enable.auto.commit": False,  # offsets move only when the flow published what it read
-    "enable.partition.eof": True,  # the end of a partition is an event, not a silence
-    "auto.offset.reset": "error",  # a start offset that no longer exists is an error
-}
 
 
 class TopicRange:
@@ -74,6 +73,7 @@ class TopicRange:
         self.ends: dict[int, int] = {}
         """End offset (exclusive) of each partition, once opened: where the next read starts."""
         self._consumer: Any = None
+        self._closing = ExitStack()
 
     # -- opening: where to start and where to stop ------------------------------------------
 
@@ -84,10 +84,11 @@ class TopicRange:
             SourceError: The topic does not exist, the cluster cannot be reached, or a start
                 offset lies outside the partition (names topic and partition).
         """
-        conf = self.settings.to_librdkafka()
-        group = self.group_id or f"producer-lib-json-{uuid.uuid4().hex}"
-        self._consumer = Consumer({**conf, **_CONSUMER_DEFAULTS, "group.id": group})
-        admin = AdminClient(conf)
+        group = {"group_id": self.group_id} if self.group_id else {}
+        self._consumer = self._closing.enter_context(
+            consumer(self.settings, purpose="producer-lib-json", **group)
+        )
+        admin = AdminClient(self.settings.to_librdkafka())
         partitions = self._partitions()
         self.ends = self._list(admin, {p: OffsetSpec.latest() for p in partitions})
         earliest = self._list(admin, {p: OffsetSpec.earliest() for p in partitions})
@@ -169,79 +170,29 @@ class TopicRange:
             SourceError: A partition stalled for ``idle_timeout_s`` before its end, or the
                 consumer failed (names topic, partition and the offsets).
         """
-        todo = {p: s for p, s in self.starts.items() if s < self.ends[p]}
-        if not todo:
-            return
-        self._consumer.assign([TP(self.topic, p, s) for p, s in todo.items()])
+        ranges = {(self.topic, p): (start, self.ends[p]) for p, start in self.starts.items()}
         chunks: list[pa.Table] = []
-        last_progress = time.monotonic()
-        while todo:
-            messages = self._consumer.consume(self.batch_size, timeout=1.0)
-            if messages:
-                last_progress = time.monotonic()
-                chunks.append(self._take(messages, todo))
-            self._finish_by_position(todo)
-            if sum(c.num_rows for c in chunks) >= self.batch_size or not todo:
-                batch = pa.concat_tables(chunks) if chunks else RAW_SCHEMA.empty_table()
-                chunks = []
-                if batch.num_rows:
-                    yield batch
-            elif time.monotonic() - last_progress > self.idle_timeout_s:
-                first = min(todo)
-                raise SourceError(
-                    "No message before the partition's end",
-                    topic=self.topic,
-                    partition=first,
-                    offset=self._position(first),
-                    end=self.ends[first],
-                    idle_timeout_s=self.idle_timeout_s,
-                )
-        self._consumer.unassign()
-
-    def _take(self, messages: list[Any], todo: dict[int, int]) -> pa.Table:
-        """The messages within the range as a table; partition ends and errors handled.
-
-        Column by column (one comprehension each): a branch per message costs more.
-        """
-        data = [m for m in messages if m.error() is None]
-        if len(data) != len(messages):
-            self._events([m for m in messages if m.error() is not None], todo)
-        partitions = pa.array([m.partition() for m in data], pa.int32())
-        offsets = pa.array([m.offset() for m in data], pa.int64())
-        table = pa.Table.from_arrays(
-            [partitions, offsets, pa.array([m.value() for m in data], pa.binary())],
-            schema=RAW_SCHEMA,
-        )
-        ends = pa.array([self.ends.get(p, 0) for p in range(max(self.ends) + 1)], pa.int64())
-        return table.filter(pc.less(offsets, pc.take(ends, partitions)))  # past the end: skip
-
-    def _events(self, events: list[Any], todo: dict[int, int]) -> None:
-        """Finish partitions at their end; fail on any other consumer error."""
-        for event in events:
-            error, partition, offset = event.error(), event.partition(), event.offset()
-            if error.code() != KafkaError._PARTITION_EOF:
-                raise SourceError(
-                    f"Consuming failed: {error.str()}",
-                    topic=self.topic,
-                    partition=partition,
-                    offset=offset,
-                )
-            if partition in todo and offset >= self.ends[partition]:
-                self._done(partition, todo)
-
-    def _finish_by_position(self, todo: dict[int, int]) -> None:
-        """Finish partitions whose position passed their end (transaction markers skipped)."""
-        for partition in list(todo):
-            if self._position(partition) >= self.ends[partition]:
-                self._done(partition, todo)
-
-    def _position(self, partition: int) -> int:
-        [tp] = self._consumer.position([TP(self.topic, partition)])
-        return int(tp.offset)
-
-    def _done(self, partition: int, todo: dict[int, int]) -> None:
-        todo.pop(partition, None)
-        self._consumer.pause([TP(self.topic, partition)])
+        try:
+            for messages in read_ranges(
+                self._consumer, ranges, stall_s=self.idle_timeout_s, batch_size=self.batch_size
+            ):
+                chunks.append(messages_to_arrow(messages, RAW_SCHEMA))
+                if sum(c.num_rows for c in chunks) >= self.batch_size:
+                    yield pa.concat_tables(chunks)
+                    chunks = []
+        except ReadStalled as exc:
+            raise SourceError(
+                "No message before the partition's end",
+                topic=self.topic,
+                partition=exc.context.get("partition"),
+                offset=exc.context.get("offset"),
+                end=exc.context.get("end"),
+                idle_timeout_s=self.idle_timeout_s,
+            ) from exc
+        except TopicReadError as exc:
+            raise SourceError(f"Consuming failed: {exc.message}", **exc.context) from exc
+        if chunks:
+            yield pa.concat_tables(chunks)
 
     # -- after the flow published -------------------------------------------------------------
 
@@ -268,6 +219,5 @@ class TopicRange:
 
     def close(self) -> None:
         """Close the consumer (nothing is committed)."""
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self._closing.close()
+        self._consumer = None

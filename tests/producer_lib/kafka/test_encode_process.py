@@ -19,8 +19,9 @@ import pytest
 
 from producer_lib.errors import EncodeError, ProduceError
 from producer_lib.kafka import _encode_process as encode_process
+from producer_lib.kafka._encode import encode_batch
 from producer_lib.kafka._encode_process import EncoderProcess, ExportEncoding
-from producer_lib.kafka._send import EncodedBatch, encode_batch
+from producer_lib.kafka._send import EncodedBatch
 from producer_lib.kafka._target import Target, build_target
 from producer_lib.schema import (
     AvroDate,
@@ -66,6 +67,12 @@ def _batches(rows: int = 5000, size: int = 1000, code: str = "'C' || (range % 7)
     return list(con.sql(query).to_arrow_reader(size))
 
 
+def thread_encoded(target: Target, batch: pa.RecordBatch, partition: int | None) -> EncodedBatch:
+    """What the flow's own thread makes of ``batch``."""
+    buffers = encode_batch(target.encoding, batch, CONSTANTS, partition)
+    return EncodedBatch.from_buffers(buffers, batch)
+
+
 def _same(a: EncodedBatch, b: EncodedBatch) -> None:
     assert a.keys == b.keys and a.key_offsets == b.key_offsets
     assert a.values == b.values and a.value_offsets == b.value_offsets
@@ -90,7 +97,7 @@ def _nothing(_step: str, _seconds: float) -> None:
 @pytest.mark.parametrize("partition", [None, 2])
 def test_the_process_encodes_exactly_what_the_flows_thread_encodes(worker, partition):
     target, batches = _target(), _batches()
-    expected = [encode_batch(target, b, CONSTANTS, partition) for b in batches]
+    expected = [thread_encoded(target, b, partition) for b in batches]
     got = list(worker.encode(iter(batches), target, CONSTANTS, partition, _nothing))
     assert len(got) == len(expected) == 5
     for a, b in zip(got, expected, strict=True):
@@ -103,7 +110,7 @@ def test_an_encode_error_is_named_as_the_thread_names_it_and_the_worker_goes_on(
     bad = _batches(3000, code="case when range = 1500 then 'much too long' else 'ok' end")
     with pytest.raises(EncodeError) as in_thread:
         for batch in bad:
-            encode_batch(target, batch, CONSTANTS, None)
+            thread_encoded(target, batch, None)
     with pytest.raises(EncodeError) as in_process:
         for _ in worker.encode(iter(bad), target, CONSTANTS, None, _nothing):
             pass
@@ -128,9 +135,7 @@ def test_an_export_closed_early_leaves_the_worker_ready_for_the_next(worker):
     next(export)
     export.close()  # the caller failed to send (say): the batches already shipped are drained
     again = list(worker.encode(iter(batches), target, CONSTANTS, None, _nothing))
-    for a, b in zip(
-        again, [encode_batch(target, b, CONSTANTS, None) for b in batches], strict=True
-    ):
+    for a, b in zip(again, [thread_encoded(target, b, None) for b in batches], strict=True):
         _same(a, b)
 
 
@@ -171,7 +176,7 @@ def test_an_export_moves_to_the_process_past_its_rows_and_keeps_its_order():
         steps[step] = steps.get(step, 0.0) + seconds
 
     got = list(ExportEncoding(target, CONSTANTS, None, 2000, timed).batches(iter(batches)))
-    expected = [encode_batch(target, b, CONSTANTS, None) for b in batches]
+    expected = [thread_encoded(target, b, None) for b in batches]
     for a, b in zip(got, expected, strict=True):
         _same(a, b)
     assert "encode" in steps  # the first 2,000 rows at least, in this thread
@@ -201,9 +206,7 @@ def test_a_worker_that_cannot_start_leaves_exports_in_the_flows_thread(monkeypat
         os.sched_yield()
     for _ in range(2):  # never ready, never started again: the flow's thread encodes
         got = list(ExportEncoding(target, CONSTANTS, None, 0, timed).batches(iter(batches)))
-        for a, b in zip(
-            got, [encode_batch(target, b, CONSTANTS, None) for b in batches], strict=True
-        ):
+        for a, b in zip(got, [thread_encoded(target, b, None) for b in batches], strict=True):
             _same(a, b)
     assert EncoderProcess.shared() is broken and set(steps) == {"encode"}
     warnings = [r.getMessage() for r in caplog.records if "encoder process" in r.getMessage()]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
-from producer_lib.kafka._send import marked_rows
+from producer_lib.kafka._encode import marked_rows
 from producer_lib.kafka.partitioner import murmur2, partitions_for_keys
 
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from producer_lib.runner.metrics import add_metrics
+from producer_lib.runner.metrics import RunMetrics, add_metrics
 from producer_lib.runner.serve import build_app
 from tests.support.metrics import Samples, samples
 from tests.support.runner_flows import NumbersFlow
@@ -86,3 +86,25 @@ def test_metrics_count_runs_rows_durations_and_failures(flow_env, monkeypatch, t
             assert got[f'producer_runs_in_progress{{function="{f}"}}'] == 0
 
     asyncio.run(scenario())
+
+
+def test_metrics_count_the_rows_checked_and_failed_per_expectation():
+    metrics = RunMetrics("orders")
+    report = {
+        "rows_checked": 10,
+        "expectations": {
+            "amount_positive": {"action": "drop", "failed": 2},
+            "status": {"action": "warn", "failed": 0},
+        },
+    }
+    metrics.record({"status": "COMPLETED", "expectations": {"SHOP.ORDERS": report}})
+    metrics.record({"status": "FAILED", "expectations": {"SHOP.ORDERS": report}})
+    text = metrics.render()
+    assert (
+        'producer_expectation_rows_checked_total{function="orders",table="SHOP.ORDERS"} 20' in text
+    )
+    assert (
+        'producer_expectation_rows_failed_total{function="orders",table="SHOP.ORDERS",'
+        'expectation="amount_positive",action="drop"} 4' in text
+    )
+    assert 'expectation="status",action="warn"} 0' in text

@@ -309,3 +309,15 @@ def test_rows_to_arrow_names_a_value_of_the_wrong_type() -> None:
     with pytest.raises(EncodeError) as info:
         rows_to_arrow([{"ID": 1}, {"ID": "two"}], arrow, table="LAB.MEASURE")
     assert info.value.context == {"table": "LAB.MEASURE", "column": "ID", "row": 1}
+
+
+def test_rows_to_arrow_takes_a_cursors_tuples_in_column_order() -> None:
+    arrow = float_schema().get_pyarrow(technical=False)
+    by_name = [{"ID": 1, "F": 0.5, "FS": [1.5]}, {"ID": 2}]
+    in_order = [(1, 0.5, [1.5]), (2, None, None)]
+    assert rows_to_arrow(in_order, arrow).equals(rows_to_arrow(by_name, arrow))
+    with pytest.raises(EncodeError) as info:
+        rows_to_arrow([(1, 0.5, []), (2, "x", [])], arrow, table="LAB.MEASURE")
+    assert info.value.context == {"table": "LAB.MEASURE", "column": "F", "row": 1}
+    with pytest.raises(EncodeError, match=r"rows have \[2, 3\] values, the schema 3 columns"):
+        rows_to_arrow([(1, 0.5, []), (2, 0.5)], arrow, table="LAB.MEASURE")

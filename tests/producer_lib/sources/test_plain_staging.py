@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 import pyarrow as pa
 import pytest
 
+from producer_lib._deprecation import FlowPlatformDeprecationWarning
 from producer_lib.schema import AvroLong, AvroString, ForeignKey, ValueSchema
 from producer_lib.sources import SourceAdapter
 from producer_lib.sources.dictionary import DataDictionary, apply_dictionary
@@ -71,7 +73,7 @@ def test_insert_page_from_threads_keeps_every_row():
     assert _count(conn) == (PAGES * ROWS_PER_PAGE, PAGES * ROWS_PER_PAGE)
 
 
-def test_awaited_calls_of_code_written_for_coroutines_still_work():
+def test_awaited_calls_of_code_written_for_coroutines_still_work_and_are_deprecated():
     conn = duckdb.connect()
 
     async def run():
@@ -84,9 +86,34 @@ def test_awaited_calls_of_code_written_for_coroutines_still_work():
             )
             return [first, *rest]
 
-    counts = asyncio.run(run())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        counts = asyncio.run(run())
     assert counts == [ROWS_PER_PAGE] * PAGES and all(isinstance(c, int) for c in counts)
     assert _count(conn) == (PAGES * ROWS_PER_PAGE, PAGES * ROWS_PER_PAGE)
+    ours = [w for w in caught if issubclass(w.category, FlowPlatformDeprecationWarning)]
+    assert {str(w.message) for w in ours} == {
+        f"awaiting SourceAdapter.{name} is deprecated and will be removed in flow-platform "
+        "1.0.0; use a plain call instead"
+        for name in ("prepare_load", "insert_page")
+    }
+    assert [w.filename for w in ours[:2]] == [__file__] * 2  # a direct await is shown
+    assert len(ours) >= 3  # gather awaits equal counts once (it keys its futures by them)
+
+
+def test_plain_calls_warn_nothing():
+    conn = duckdb.connect()
+
+    async def run():
+        async with SourceAdapter(connection=conn) as adapter:
+            arrow_schema = adapter.prepare_load("PAGES", _schema())
+            assert isinstance(arrow_schema, pa.Schema)
+            return [adapter.insert_page("PAGES", _page(n)) for n in range(PAGES)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counts = asyncio.run(run())
+    assert counts == [ROWS_PER_PAGE] * PAGES
 
 
 class PagedReader(SourceAdapter):
@@ -221,6 +248,7 @@ def test_coroutine_overrides_written_against_main_still_load():
             await reader.load("PAGES", "select 1", "TEST")
             return reader
 
-    reader = asyncio.run(run())
+    with pytest.warns(FlowPlatformDeprecationWarning, match="awaiting SourceAdapter"):
+        reader = asyncio.run(run())  # the overrides await super()'s plain methods
     assert reader.calls == ["prepare_load", "insert_page"]
     assert _count(reader.connection) == (ROWS_PER_PAGE, ROWS_PER_PAGE)

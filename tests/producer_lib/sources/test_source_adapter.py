@@ -28,14 +28,14 @@ def test_insert_page_from_many_concurrent_tasks_keeps_every_row():
 
     async def run():
         async with SourceAdapter(connection=conn) as adapter:
-            arrow_schema = await adapter.prepare_load("PAGES", _schema())
+            arrow_schema = adapter.prepare_load("PAGES", _schema())
             assert arrow_schema.names == ["ID", "NAME", "PRICE"]
 
             async def page(n):
                 ids = list(range(n * 100, n * 100 + 100))
                 table = pa.table({"ID": ids, "NAME": [f"n{i}" for i in ids]})
                 await asyncio.sleep(0)
-                return await adapter.insert_page("PAGES", table)
+                return adapter.insert_page("PAGES", table)
 
             counts = await asyncio.gather(*(page(n) for n in range(50)))
             adapter.check_primary_key("PAGES", _with_key(_schema()))
@@ -56,8 +56,8 @@ def _with_key(schema):
 def test_default_connection_is_shared_with_duckdb_sql():
     async def run():
         async with SourceAdapter() as adapter:
-            await adapter.prepare_load("SHARED_T", _schema())
-            await adapter.insert_page("SHARED_T", pa.table({"ID": [1, 2]}))
+            adapter.prepare_load("SHARED_T", _schema())
+            adapter.insert_page("SHARED_T", pa.table({"ID": [1, 2]}))
 
     asyncio.run(run())
     assert duckdb.sql('select sum("ID") from SHARED_T').fetchone() == (3,)
@@ -67,8 +67,8 @@ def test_default_connection_is_shared_with_duckdb_sql():
 def test_page_with_unknown_column_names_the_table():
     async def run():
         async with SourceAdapter(connection=duckdb.connect()) as adapter:
-            await adapter.prepare_load("T", _schema())
-            await adapter.insert_page("T", pa.table({"NOPE": [1]}))
+            adapter.prepare_load("T", _schema())
+            adapter.insert_page("T", pa.table({"NOPE": [1]}))
 
     with pytest.raises(SourceError) as info:
         asyncio.run(run())
@@ -89,7 +89,7 @@ def test_augment_failure_is_logged_not_raised(caplog):
             raise RuntimeError("dictionary unreachable")
 
         async def _copy(self, table, sql, arrow_schema):
-            await self.insert_page(table, pa.table({"ID": [1]}))
+            self.insert_page(table, pa.table({"ID": [1]}))
 
     async def run():
         async with Broken(logging.getLogger("flow"), connection=duckdb.connect()) as reader:
