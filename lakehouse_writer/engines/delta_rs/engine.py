@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 _names = count()
-_CONFIG = {
+_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,  # tiny tables: one core
     # DuckDB 1.5.5's rewrite of ``row_number() ... = 1`` into an aggregate fails (INTERNAL
     # Error: "Attempted to access index 7 within vector of size 7") on the MERGE source of a
