@@ -20,6 +20,8 @@ Usage::
     devstack env --secure --user USER
                                the KAFKA_* settings of USER on the secured broker
     devstack jars              resolve the JVM jars with Maven (done by `up` when needed)
+    devstack compat LINE       build the virtual environment of Spark LINE (3.5, 4.0) with its
+                               jars, for the compat suite; print its python
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from devstack import broker, cluster, jars, registry, secure
+from devstack import broker, cluster, compat, jars, registry, secure
 from devstack.errors import DevstackError
 from producer_lib._version import installed_version
 from producer_lib.errors import ConfigError
@@ -194,6 +196,11 @@ def _env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compat(args: argparse.Namespace) -> int:
+    print(compat.environment(args.line).python)
+    return 0
+
+
 def _jars(args: argparse.Namespace) -> int:
     for profile in jars.DEFAULT_PROFILES:
         folder = jars.jar_dir(profile)
@@ -220,6 +227,7 @@ def _parser() -> argparse.ArgumentParser:
         ("status", _status, "show what runs; exit 0 when the broker runs, 3 when not"),
         ("env", _env, 'print KAFKA_BOOTSTRAP_SERVERS=... for eval "$(devstack env)"'),
         ("jars", _jars, "resolve the JVM jars with Maven (up does it when needed)"),
+        ("compat", _compat, "build a Spark line's virtual environment for the compat suite"),
     ]:
         cmd = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         cmd.set_defaults(func=func)
@@ -239,6 +247,8 @@ def _parser() -> argparse.ArgumentParser:
                 help="also start a Confluent-compatible schema registry (Apicurio, Java 21+)",
             )
             _secure_options(cmd)
+        if name == "compat":
+            cmd.add_argument("line", choices=sorted(compat.COMPAT_LINES), help="the Spark line")
         if name == "down":
             cmd.add_argument("--secure", action="store_true", help="stop the secured broker only")
         if name == "env":

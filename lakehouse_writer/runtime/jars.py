@@ -1,12 +1,15 @@
-"""The writer's JVM jars: Spark's Kafka source, Avro functions and Delta Lake, resolved by Maven.
+"""The writer's JVM jars: Spark's Kafka source, Avro functions, Delta Lake and hadoop-azure.
 
-The coordinates live here (:data:`SPARK_CONNECTORS`), so that an installed ``flow-platform[writer]``
-finds its jars without this repository: the first run that starts its own driver (a local
-master, or ``--master spark://HOST:PORT``: Spark ships them to the executors) writes a pom of
-them, runs ``mvn dependency:copy-dependencies`` and keeps the jars in :func:`jar_dir`
-(``LAKEHOUSE_JARS_DIR``, else ``~/.cache/flow-platform/jars/spark``). A stamp holding the
-pom's hash makes later runs free until the coordinates change. Resolved with Maven, never with
-Spark's Ivy ``spark.jars.packages``, which ignores Maven's ``settings.xml`` mirrors and proxies.
+The jars follow the running Spark line (:mod:`lakehouse_writer.runtime.lines`: 3.5, 4.0 or
+4.1, read from ``pyspark.__version__``): the line's connectors, and ``hadoop-azure`` at the
+version of the Hadoop the running pyspark ships (``abfss://`` and ``wasbs://`` paths), with the
+jars it needs that pyspark lacks (:func:`coordinates`). The first run that starts its own
+driver (a local master, or ``--master spark://HOST:PORT``: Spark ships them to the executors)
+writes a pom of them, runs ``mvn dependency:copy-dependencies`` and keeps the jars in
+:func:`jar_dir` (``LAKEHOUSE_JARS_DIR``, else ``~/.cache/flow-platform/jars/spark-<line>``). A
+stamp holding the pom's hash makes later runs free until the coordinates change. Resolved with
+Maven, never with Spark's Ivy ``spark.jars.packages``, which ignores Maven's ``settings.xml``
+mirrors and proxies.
 
 Each jar is listed without its transitive dependencies: Spark's parent POM names a repository
 not reachable from every network, and pyspark already ships every other jar these need. Jars
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -26,38 +30,83 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.runtime.lines import (
+    Coordinate,
+    SparkLine,
+    current_line,
+    hadoop_version,
+    spark_jar_folders,
+)
 
 log = logging.getLogger(__name__)
 
-# Must match pyspark 4.1.x of pyproject.toml: Delta's artifact name carries the Spark line
-# (``delta-spark_4.1_2.13``). The Kafka source is 4.1.3, as pyspark: 4.1.1's fails a query
-# restarted on a batch it had planned but not committed (``KafkaMicroBatchStream.metrics``:
-# ``Some(null)``, a NullPointerException; 4.1.3 has ``Option(...)``). spark-avro and
-# spark-token-provider-kafka stop at 4.1.1 on Maven Central: same 4.1 line.
-SPARK_VERSION = "4.1.3"
-SPARK_LINE = "4.1"
-AVRO_AND_TOKEN_VERSION = "4.1.1"
-DELTA_VERSION = "4.4.0"
-# (group, artifact, version). kafka-clients and commons-pool2 are the versions spark-sql-kafka
-# 4.1.3 was built with (spark-parent_2.13 4.1.3: kafka.version, commons-pool2.version).
-SPARK_CONNECTORS: tuple[tuple[str, str, str], ...] = (
-    ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
-    ("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", AVRO_AND_TOKEN_VERSION),
-    ("org.apache.kafka", "kafka-clients", "3.9.1"),
-    ("org.apache.commons", "commons-pool2", "2.12.1"),
-    ("org.apache.spark", "spark-avro_2.13", AVRO_AND_TOKEN_VERSION),
-    ("io.delta", f"delta-spark_{SPARK_LINE}_2.13", DELTA_VERSION),
-    ("io.delta", "delta-storage", DELTA_VERSION),
-)
+# hadoop-azure (abfss://, wasbs://) and what it needs beyond pyspark's jars, by Hadoop version:
+# hadoop-azure's own pom (mvn dependency:tree) less hadoop-shaded-guava and Guava, which
+# pyspark's hadoop-client-runtime carries already (shaded).
+_AZURE_DEPENDENCIES: dict[str, tuple[Coordinate, ...]] = {
+    "3.3.4": (
+        ("com.microsoft.azure", "azure-storage", "7.0.1"),
+        ("com.microsoft.azure", "azure-keyvault-core", "1.0.0"),
+        ("org.eclipse.jetty", "jetty-util-ajax", "9.4.43.v20210629"),
+        ("org.eclipse.jetty", "jetty-util", "9.4.43.v20210629"),
+        ("org.wildfly.openssl", "wildfly-openssl", "1.0.7.Final"),
+        ("org.codehaus.jackson", "jackson-mapper-asl", "1.9.13"),
+        ("org.codehaus.jackson", "jackson-core-asl", "1.9.13"),
+    ),
+    "3.4.1": (
+        ("com.microsoft.azure", "azure-storage", "7.0.1"),
+        ("com.microsoft.azure", "azure-keyvault-core", "1.0.0"),
+        ("org.eclipse.jetty", "jetty-util-ajax", "9.4.53.v20231009"),
+        ("org.eclipse.jetty", "jetty-util", "9.4.53.v20231009"),
+        ("org.wildfly.openssl", "wildfly-openssl", "1.1.3.Final"),
+    ),
+    "3.4.2": (
+        ("com.microsoft.azure", "azure-storage", "7.0.1"),
+        ("com.microsoft.azure", "azure-keyvault-core", "1.0.0"),
+        ("org.eclipse.jetty", "jetty-util-ajax", "9.4.57.v20241219"),
+        ("org.eclipse.jetty", "jetty-util", "9.4.57.v20241219"),
+        ("org.wildfly.openssl", "wildfly-openssl", "2.1.4.Final"),
+    ),
+}
+
+
 JARS_DIR_VARIABLE = "LAKEHOUSE_JARS_DIR"
-# The artifacts without which the writer cannot run, and a class of each: what a production
-# image or a cluster must have when the writer does not bring them (names as _artifact gives).
-CONNECTOR_ARTIFACTS = ("spark-sql-kafka", "spark-avro_2.13", f"delta-spark_{SPARK_LINE}_2.13")
+# A class of each connector the writer cannot run without: what a production image or a
+# cluster must have when the writer does not bring the jars.
 CONNECTOR_CLASSES = {
     "Kafka source (spark-sql-kafka-0-10)": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
     "Avro functions (spark-avro)": "org.apache.spark.sql.avro.AvroDataToCatalyst",
     "Delta Lake (delta-spark)": "io.delta.sql.DeltaSparkSessionExtension",
 }
+
+
+def coordinates(line: SparkLine | None = None, hadoop: str | None = None) -> list[Coordinate]:
+    """The jars the writer resolves: the line's connectors and hadoop-azure for its Hadoop.
+
+    Args:
+        line: The Spark line; None: the running one (``lines.current_line()``).
+        hadoop: The Hadoop version; None: the one the running pyspark ships (else the line's).
+    """
+    line = line or current_line()
+    return [*line.connectors, *hadoop_azure(hadoop or hadoop_version(line))]
+
+
+def hadoop_azure(hadoop: str) -> tuple[Coordinate, ...]:
+    """``hadoop-azure`` at ``hadoop`` and the jars it needs that pyspark does not ship.
+
+    A Hadoop version not in the table gets the dependencies of the nearest one below it
+    (else the oldest), logged: hadoop-azure must match Hadoop, its dependencies barely move.
+    """
+    known = sorted(_AZURE_DEPENDENCIES, key=_version_key)
+    below = [v for v in known if _version_key(v) <= _version_key(hadoop)]
+    chosen = below[-1] if below else known[0]
+    if chosen != hadoop:
+        log.info("hadoop-azure %s: taking the dependencies known for Hadoop %s", hadoop, chosen)
+    return (("org.apache.hadoop", "hadoop-azure", hadoop), *_AZURE_DEPENDENCIES[chosen])
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 class JarsUnavailable(LakehouseWriterError):
@@ -74,7 +123,7 @@ def jar_dir(target: Path | None = None) -> Path:
         JarsUnavailable: Maven is missing or could not resolve the jars.
     """
     target = target or default_dir()
-    pom = pom_xml()
+    pom = pom_xml(coordinates())
     wanted = hashlib.sha256(pom.encode()).hexdigest()
     stamp = target / ".pom-sha256"
     if stamp.is_file() and stamp.read_text().strip() == wanted:
@@ -121,17 +170,19 @@ def local_jars(given: Sequence[str] | None = None, class_path: str = "") -> list
 def on_class_path(class_path: str = "") -> bool:
     """True when a driver started here would have every connector without ``spark.jars``.
 
-    Looks for the connectors' jar files (:data:`CONNECTOR_ARTIFACTS`) in the Spark
-    distribution's ``jars/`` (``SPARK_HOME``, else pyspark's) and in ``class_path``
+    Looks for the running line's connector jars (``SparkLine.connector_artifacts``) in the
+    Spark distribution's ``jars/`` (``SPARK_HOME``, else pyspark's) and in ``class_path``
     (``spark.driver.extraClassPath``: jar files, folders, ``folder/*``).
     """
     names = {
-        _artifact(p.name)
+        artifact_name(p.name)
         for folder in _class_path_folders(class_path)
         for p in folder.glob("*.jar")
     }
-    names |= {_artifact(Path(e).name) for e in class_path.split(os.pathsep) if e.endswith(".jar")}
-    return all(artifact in names for artifact in CONNECTOR_ARTIFACTS)
+    names |= {
+        artifact_name(Path(e).name) for e in class_path.split(os.pathsep) if e.endswith(".jar")
+    }
+    return all(artifact in names for artifact in current_line().connector_artifacts)
 
 
 def _class_path_folders(class_path: str) -> list[Path]:
@@ -140,27 +191,16 @@ def _class_path_folders(class_path: str) -> list[Path]:
     return [f for f in folders if f.is_dir()] + spark_jar_folders()
 
 
-def spark_jar_folders() -> list[Path]:
-    """The Spark distribution's ``jars/`` folders: ``SPARK_HOME``'s, then pyspark's."""
-    folders = []
-    home = os.environ.get("SPARK_HOME")
-    if home:
-        folders.append(Path(home) / "jars")
-    try:
-        import pyspark
-
-        folders.append(Path(pyspark.__file__).parent / "jars")
-    except ImportError:
-        pass
-    return [f for f in folders if f.is_dir()]
-
-
 def default_dir() -> Path:
-    """``LAKEHOUSE_JARS_DIR``, else ``$XDG_CACHE_HOME`` (``~/.cache``)/flow-platform/jars/spark."""
+    """``LAKEHOUSE_JARS_DIR``, else ``~/.cache/flow-platform/jars/spark-<line>``.
+
+    ``~/.cache`` is ``$XDG_CACHE_HOME`` when set. One folder per Spark line: environments of
+    two lines on one machine keep their own jars.
+    """
     explicit = os.environ.get(JARS_DIR_VARIABLE)
     if explicit:
         return Path(explicit)
-    return cache_root() / "spark"
+    return cache_root() / f"spark-{current_line().spark}"
 
 
 def cache_root() -> Path:
@@ -169,15 +209,15 @@ def cache_root() -> Path:
     return Path(cache) / "flow-platform" / "jars"
 
 
-def pom_xml() -> str:
-    """A pom whose dependencies are :data:`SPARK_CONNECTORS`, each without transitives."""
+def pom_xml(jars: Sequence[Coordinate]) -> str:
+    """A pom whose dependencies are ``jars``, each without transitives."""
     dependencies = "".join(
         f"""
     <dependency>
       <groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>
       <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
     </dependency>"""
-        for group, artifact, version in SPARK_CONNECTORS
+        for group, artifact, version in jars
     )
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -246,14 +286,16 @@ def _drop_jars_pyspark_ships(folder: Path) -> None:
         import pyspark
     except ImportError:  # the writer extra brings pyspark; without it nothing runs Spark
         return
-    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    shipped = {
+        artifact_name(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")
+    }
     for jar in folder.glob("*.jar"):
-        if _artifact(jar.name) in shipped:
+        if artifact_name(jar.name) in shipped:
             log.info("dropping %s: pyspark ships that artifact", jar.name)
             jar.unlink()
 
 
-def _artifact(file_name: str) -> str:
+def artifact_name(file_name: str) -> str:
     """``kafka-clients-3.9.1.jar`` -> ``kafka-clients`` (strip the version)."""
     stem = file_name.removesuffix(".jar")
     parts = stem.split("-")

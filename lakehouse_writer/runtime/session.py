@@ -8,8 +8,10 @@ small-machine defaults apply. Whenever the writer starts the driver itself (a ma
 Kafka, Avro and Delta connector jars come through ``spark.jars``
 (:func:`lakehouse_writer.runtime.jars.local_jars`: ``--jars``, none when the driver's classpath has
 them already, ``LAKEHOUSE_JARS_DIR``, or Maven as the last resort); with a cluster master
-Spark ships them from the driver to the executors. ``spark.jars`` or ``spark.jars.packages``
-given in ``conf`` are left as they are. A local master also gets a local file system that
+Spark ships them from the driver to the executors. Jars and packages the user names in
+``conf`` (``spark.jars``, ``spark.jars.packages``) are added to those, not put in their place;
+a connector the user names replaces the writer's of the same artifact
+(:func:`user_jars_settings`). A local master also gets a local file system that
 starts no process per call (:mod:`lakehouse_writer.runtime.local_fs`). Under ``spark-submit``,
 Databricks or Fabric (no master set here) the jars are expected where the cluster has them
 (``spark-submit --jars``), and :func:`missing_connectors` names any that are not.
@@ -28,7 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.runtime.jars import CONNECTOR_CLASSES, JARS_DIR_VARIABLE
+from lakehouse_writer.runtime.jars import (
+    CONNECTOR_CLASSES,
+    JARS_DIR_VARIABLE,
+    artifact_name,
+    local_jars,
+)
+from lakehouse_writer.runtime.lines import current_line
 from lakehouse_writer.runtime.local_fs import local_fs_settings
 
 if TYPE_CHECKING:
@@ -44,6 +52,7 @@ __all__ = [
     "refuse_spark_connect",
     "require_classic",
     "resolve_master",
+    "user_jars_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -138,9 +147,8 @@ def session_settings(
         settings.update(_LOCAL_DEFAULTS)
     if ui:
         settings["spark.ui.enabled"] = "true"
-    if jars:
-        settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
+    settings.update(user_jars_settings(jars or [], conf or {}))
     if master is not None and master.startswith("local"):
         settings.update(local_fs_settings(settings))
     return settings
@@ -149,14 +157,37 @@ def session_settings(
 def _driver_jars(conf: Mapping[str, str]) -> list[str]:
     """The connector jars a driver started here needs in ``spark.jars`` (maybe none).
 
-    None when ``conf`` names jars itself (``spark.jars``, ``spark.jars.packages``); else
-    :func:`lakehouse_writer.runtime.jars.local_jars` (none when the driver's classpath has them).
+    None when the jars and packages ``conf`` names hold every connector of the running line;
+    else :func:`lakehouse_writer.runtime.jars.local_jars` (none when the driver's classpath has
+    them).
     """
-    if conf.get("spark.jars") or conf.get("spark.jars.packages"):
+    named = _artifacts_named(conf)
+    if all(a in named for a in current_line().connector_artifacts):
         return []
-    from lakehouse_writer.runtime.jars import local_jars
-
     return local_jars(class_path=conf.get("spark.driver.extraClassPath", ""))
+
+
+def user_jars_settings(ours: Sequence[str], conf: Mapping[str, str]) -> dict[str, str]:
+    """``spark.jars``: the writer's jars with the user's (``conf``) added, not replaced.
+
+    A jar of ours whose artifact the user names (a jar file in ``spark.jars``, a coordinate in
+    ``spark.jars.packages``, which Ivy resolves and adds) is left out: two versions of one
+    artifact on a classpath clash, and the user's choice wins. {} when there is nothing to set.
+    """
+    theirs = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    named = _artifacts_named(conf)
+    kept = [j for j in ours if artifact_name(Path(j).name) not in named]
+    merged = list(dict.fromkeys([*kept, *theirs]))
+    return {"spark.jars": ",".join(merged)} if merged else {}
+
+
+def _artifacts_named(conf: Mapping[str, str]) -> set[str]:
+    """Artifact names of the jars (``spark.jars``) and packages ``conf`` names."""
+    files = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p.count(":") >= 2]
+    return {artifact_name(Path(f.strip()).name) for f in files} | {
+        p.strip().split(":")[1] for p in packages
+    }
 
 
 def resolve_master(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.runtime.lines import checkpoint_and_clean_up, latest_snapshot
 from lakehouse_writer.runtime.storage import is_local
 from lakehouse_writer.tables.files import (
     directory_problem,
@@ -296,21 +297,15 @@ def _checkpoint(spark: SparkSession, path: str) -> None:
     last = delta_log.readLastCheckpointFile()
     if last.isDefined() and int(last.get().version()) >= int(snapshot.version()):
         return
-    empty = _jvm(spark).scala.Option.empty()
-    delta_log.checkpointAndCleanUpDeltaLog(snapshot, empty)
+    checkpoint_and_clean_up(spark, delta_log, snapshot)
 
 
 def _snapshot(spark: SparkSession, path: str) -> Any:
-    empty = _jvm(spark).scala.Option.empty()
-    return jvm_delta_log(spark, path).update(False, empty, empty)
+    return latest_snapshot(spark, jvm_delta_log(spark, path))
 
 
 def _q(path: str) -> str:
     return "`" + path.replace("`", "``") + "`"
-
-
-def _jvm(spark: SparkSession) -> Any:
-    return spark._jvm  # None only on Spark Connect, which the writer refuses
 
 
 def _cause(exc: BaseException) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import SchemaEvolutionError, TableNameError
+from lakehouse_writer.runtime.lines import current_line, latest_snapshot, widens
 from lakehouse_writer.runtime.storage import is_local, local_path
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
 from producer_lib.schema.names import path_segment, table_name_problem
@@ -345,9 +346,7 @@ def compute_state(spark: SparkSession, path: str) -> None:
 
 def _latest_snapshot(spark: SparkSession, path: str) -> Any:
     """The JVM snapshot of the table's latest version (version -1: no table there)."""
-    jvm: Any = spark._jvm
-    empty = jvm.scala.Option.empty()
-    return jvm_delta_log(spark, path).update(False, empty, empty)
+    return latest_snapshot(spark, jvm_delta_log(spark, path))
 
 
 def no_data_files(spark: SparkSession, path: str) -> bool:
@@ -554,6 +553,17 @@ def _change_column(
         raise SchemaEvolutionError(
             "incompatible column type change (only widening is allowed: "
             "byte<short<int<long, float<double, larger decimals)",
+            table=ref.qualified,
+            column=name,
+            table_type=old.simpleString(),
+            new_type=new.simpleString(),
+        )
+    if not widens(old.simpleString(), new.simpleString()):
+        line = current_line()
+        raise SchemaEvolutionError(
+            f"Delta {line.delta} (the Spark {line.spark} line) cannot widen this column: its "
+            f"{line.type_widening} feature widens byte<short<int only; reload into a new "
+            "table, or run the writer on a newer line",
             table=ref.qualified,
             column=name,
             table_type=old.simpleString(),

@@ -1,4 +1,4 @@
-"""The writer's connector jars without this repository: resolved by Maven from its own list."""
+"""The writer's jars without this repository: resolved by Maven from the running line's list."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse_writer.runtime import jars
+from lakehouse_writer.runtime.lines import current_line, hadoop_version, spark_jar_folders
 
 
 def test_the_writer_resolves_its_jars_with_maven(
@@ -16,9 +17,15 @@ def test_the_writer_resolves_its_jars_with_maven(
 
     names = sorted(Path(p).name for p in jars.spark_jars())
 
+    shipped = {jars.artifact_name(p.name) for f in spark_jar_folders() for p in f.glob("*.jar")}
     assert names == sorted(
-        f"{artifact}-{version}.jar" for _, artifact, version in jars.SPARK_CONNECTORS
+        f"{artifact}-{version}.jar"
+        for _, artifact, version in jars.coordinates()
+        if artifact not in shipped
     )
+    line = current_line()
+    assert f"{line.delta_artifact}-{line.delta}.jar" in names  # the running line's Delta
+    assert f"hadoop-azure-{hadoop_version()}.jar" in names  # at the running Spark's Hadoop
     assert jars.jar_dir() == tmp_path / "jars"  # the stamp holds: no second resolution
     assert not [p for p in tmp_path.iterdir() if p.name != "jars"], "staging left behind"
 
