@@ -139,9 +139,7 @@ def parse_readers(text: str | None) -> tuple[Profile, ...]:
     return tuple(dict.fromkeys(n for n in names if n in PROFILES))  # type: ignore[misc]
 
 
-def reader_policy(
-    readers: Iterable[Profile], deletion_vectors: bool | None = None
-) -> ReaderPolicy:
+def reader_policy(readers: Iterable[Profile], deletion_vectors: bool | None = None) -> ReaderPolicy:
     """The policy for ``readers``, with the deletion-vector setting checked against it.
 
     Args:
