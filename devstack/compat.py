@@ -1,4 +1,4 @@
-"""A virtual environment per Spark line, for the compat suite (``tests/compat``).
+"""A virtual environment per Spark line, to run the tests on another Spark line by hand.
 
 The writer runs on three Spark lines (:mod:`lakehouse_writer.runtime.lines`); the main venv
 (``make install``) has the default one. :func:`environment` builds the others under
