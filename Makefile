@@ -45,7 +45,7 @@ browser-tools:
 	scripts/install-browser-tools.sh
 
 test: jars postgres browser-tools
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 
 test-fast: jars postgres browser-tools
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
