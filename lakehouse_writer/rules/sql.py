@@ -218,14 +218,15 @@ def _select(
     """The table's columns from ``source`` (NULL where it has none), then action and base time."""
     q = dialect.quote
     return (
-        f"SELECT {_table_columns(shape, present, dialect, cast)}, {q(ACTION)}, "
+        f"SELECT {', '.join(table_columns(shape, present, dialect, cast))}, {q(ACTION)}, "
         f"{q(BASE_TIME)} FROM {source}"
     )
 
 
-def _table_columns(
+def table_columns(
     shape: TableShape, present: Collection[str], dialect: Dialect, cast: bool
-) -> str:
+) -> list[str]:
+    """The select list of the table's columns: each cast to its type, NULL where absent."""
     q = dialect.quote
 
     def one(name: str, kind: str) -> str:
@@ -234,18 +235,20 @@ def _table_columns(
             value = f"CAST({value} AS {dialect.types(kind)})"
         return f"{value} AS {q(name)}"
 
-    return ", ".join(one(name, kind) for name, kind in shape.columns.items())
+    return [one(name, kind) for name, kind in shape.columns.items()]
+
+
+def is_upsert(dialect: Dialect) -> str:
+    """The condition true for an upsert row (the types :data:`UPSERTS`)."""
+    return f"{dialect.quote('__change_type')} IN ({_codes(UPSERTS)})"
 
 
 def conformed(
     relation: str, shape: TableShape, present: Collection[str], dialect: Dialect, cast: bool
 ) -> str:
     """The upserts of the relation in the table's columns and types (NULL where absent)."""
-    kind = dialect.quote("__change_type")
-    return (
-        f"SELECT {_table_columns(shape, present, dialect, cast)} FROM {relation} "
-        f"WHERE {kind} IN ({_codes(UPSERTS)})"
-    )
+    listed = ", ".join(table_columns(shape, present, dialect, cast))
+    return f"SELECT {listed} FROM {relation} WHERE {is_upsert(dialect)}"
 
 
 def latest_rows(relation: str, shape: TableShape, present: Sequence[str], dialect: Dialect) -> str:

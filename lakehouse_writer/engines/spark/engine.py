@@ -26,9 +26,11 @@ from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE
 from lakehouse_writer.rules.sql import (
     TableShape,
     conformed,
+    is_upsert,
     latest_rows,
     merge_source,
     repeated_keys,
+    table_columns,
     truncated,
 )
 from lakehouse_writer.rules.truncate import Truncate
@@ -186,8 +188,14 @@ class SparkEngine:
 
 
 def upserts(rows: DataFrame, table: TableInfo) -> DataFrame:
-    """The rows' upserts in the table's columns and types (NULL for a column they lack)."""
-    return _query(conformed(ROWS, shape_of(table), rows.columns, SPARK, cast=True), rows)
+    """The rows' upserts in the table's columns and types (NULL for a column they lack).
+
+    :func:`~lakehouse_writer.rules.sql.conformed`'s parts applied to the DataFrame itself,
+    not through ``spark.sql``'s temporary views: Spark hands over no metrics of an observed
+    DataFrame read through them, and the reload bet's ``Observation.get`` waited forever.
+    """
+    columns = table_columns(shape_of(table), rows.columns, SPARK, cast=True)
+    return rows.where(is_upsert(SPARK)).selectExpr(*columns)
 
 
 def no_repeated_keys(rows: DataFrame, keys: tuple[str, ...]) -> bool:
