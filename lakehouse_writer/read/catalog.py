@@ -19,24 +19,23 @@ answer — refused credentials, no answer — fails the batch, which a restart r
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 
 from lakehouse_writer.errors import DecodeError, LakehouseWriterError
 from lakehouse_writer.read.keys import KeySchemaRef
 from producer_lib.errors import SchemaError
+from producer_lib.kafka.topic_reader import TopicReadError, consumer, ranges_to_end, read_ranges
 from producer_lib.schema.catalog_records import is_registry_key, parse_record
 from producer_lib.schema.framing import confluent_header, single_object_header
 from producer_lib.settings import SchemaRegistrySettings
 
 log = logging.getLogger(__name__)
 
-_READ_TIMEOUT_S = 30.0
+_READ_STALL_S = 30.0  # a catalog read that moves no offset for this long fails
 SCHEMAS_TOPIC = "_flow_schemas"
 LEGACY_SCHEMAS_TOPIC = "_schemas"  # the catalog's old name; Confluent Schema Registry's store
 
@@ -281,18 +280,11 @@ class SchemaCatalog:
         self._refresh_topic(self._topic, self._by_fingerprint)
 
     def _refresh_topic(self, topic: str, into: dict[str, CatalogEntry]) -> None:
-        consumer = Consumer(
-            {
-                **self._kafka_conf,
-                "group.id": f"lakehouse-writer-{uuid.uuid4()}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
         try:
-            self._read(consumer, topic, into)
-        finally:
-            consumer.close()
+            with consumer(self._kafka_conf, purpose="lakehouse-writer-catalog") as client:
+                self._read(client, topic, into)
+        except TopicReadError as exc:
+            raise DecodeError(f"cannot read the schema catalog: {exc}", topic=topic) from exc
         log.info("schema catalog refreshed topic=%s schemas=%d", topic, len(into))
         if self._registry_records.get(topic):
             log.info(
@@ -301,32 +293,20 @@ class SchemaCatalog:
                 self._registry_records[topic],
             )
 
-    def _read(self, consumer: Consumer, topic: str, into: dict[str, CatalogEntry]) -> None:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
+    def _read(self, client: Consumer, topic: str, into: dict[str, CatalogEntry]) -> None:
+        """Read ``topic``'s partition 0 from where the last read stopped to its end."""
+        start = self._next_offset.get(topic)
+        starts = None if start is None else {0: start}
+        ranges = ranges_to_end(client, topic, timeout_s=10, starts=starts, partitions=[0])
+        if ranges is None:
             if topic == self._topic:
                 log.warning("schema catalog topic missing topic=%s", topic)
             self._next_offset.setdefault(topic, 0)
             return
-        start = self._next_offset.get(topic, 0)
-        self._next_offset[topic] = start
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        if high <= start:
-            return
-        consumer.assign([TopicPartition(topic, 0, start)])
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        while self._next_offset[topic] < high and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            error, offset = msg.error(), msg.offset()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break
-                raise DecodeError(f"cannot read the schema catalog: {error}", topic=topic)
-            assert offset is not None  # a message, not an event
-            self._next_offset[topic] = offset + 1
-            self._add(msg, into)
+        for messages in read_ranges(client, ranges, stall_s=_READ_STALL_S):
+            for msg in messages:
+                self._add(msg, into)
+        self._next_offset[topic] = ranges[(topic, 0)][1]
 
     def _add(self, msg: Message, into: dict[str, CatalogEntry]) -> None:
         topic = msg.topic() or ""

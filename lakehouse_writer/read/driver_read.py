@@ -4,7 +4,8 @@ A micro-batch of at most ``max_rows`` messages is applied in the driver
 (:meth:`~lakehouse_writer.route.router.Router.reads_whole`). Reading it
 through Spark cost a job: its tasks start Kafka consumers, and the rows cross from the JVM into
 Arrow. A librdkafka consumer in the driver reads the same offset ranges in a fraction of that time
-(figures in ``docs/PERFORMANCE.md``): :class:`DriverRead` reads exactly the ranges the batch's
+(figures in ``docs/PERFORMANCE.md``): :class:`DriverRead` reads, with the library's one bounded
+read loop (:func:`producer_lib.kafka.topic_reader.read_ranges`), exactly the ranges the batch's
 plan reads (:attr:`~lakehouse_writer.read.holdback.Plan.reads`: Spark's ranges for the
 micro-batch, the rows held back before in front, cut where transactions are held back), with
 the Kafka source's guarantees:
@@ -27,17 +28,21 @@ Spark's read gives, each partition's rows in offset order.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message
 
 from lakehouse_writer.read.framing import HEADER, header_array
 from lakehouse_writer.read.ranges import OffsetRanges
+from producer_lib.kafka.topic_reader import (
+    TopicReadError,
+    consumer_config,
+    messages_to_arrow,
+    read_ranges,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,7 @@ RAW_SCHEMA = pa.schema(
     ]
 )
 
+_MESSAGE_SCHEMA = pa.schema([f for f in RAW_SCHEMA if f.name != HEADER])
 _CONSUME_BATCH = 10_000  # messages taken from librdkafka's queue per call
 _CONSUME_TIMEOUT_S = 0.005  # a call that finds nothing returns after this; positions checked
 
@@ -84,121 +90,45 @@ class DriverRead:
         if not wanted:
             return RAW_SCHEMA.empty_table()
         try:
-            rows = self._read(wanted)
+            messages = [
+                message
+                for got in read_ranges(
+                    self._open(),
+                    wanted,
+                    stall_s=self._stall_s,
+                    batch_size=_CONSUME_BATCH,
+                    poll_s=_CONSUME_TIMEOUT_S,
+                )
+                for message in got
+            ]
+        except TopicReadError as exc:  # ReadStalled too: the consumer stopped short
+            log.warning("batch read by Spark instead: the driver's consumer: %s", exc)
+            return None
         except (KafkaException, RuntimeError) as exc:  # RuntimeError: the consumer is closed
             log.warning("batch read by Spark instead: the driver's consumer failed: %s", exc)
             with suppress(KafkaException, RuntimeError):
                 self.close()
             self._consumer = None  # the next batch starts with a new one
             return None
-        return None if rows is None else _table(rows)
-
-    def _read(self, wanted: OffsetRanges) -> dict[tuple[str, int], _Rows] | None:
-        consumer = self._open()
-        assigned = [TopicPartition(t, p, first) for (t, p), (first, _) in wanted.items()]
-        consumer.assign(assigned)
-        try:
-            return self._consume(consumer, wanted)
-        finally:
-            # Resumed before they go: a partition paused when unassigned and assigned again
-            # later waited about 1 s for its first fetch (librdkafka 2.16).
-            consumer.resume(assigned)
-            consumer.unassign()
-
-    def _consume(
-        self, consumer: Consumer, wanted: OffsetRanges
-    ) -> dict[tuple[str, int], _Rows] | None:
-        rows = {key: _Rows() for key in wanted}
-        pending = dict(wanted)
-        moved, seen = time.monotonic(), _positions(consumer, pending)
-        while pending:
-            for message in consumer.consume(_CONSUME_BATCH, _CONSUME_TIMEOUT_S):
-                error = message.error()
-                if error is not None:  # no partition EOF events: they are turned off
-                    log.warning("batch read by Spark instead: the driver's consumer got %s", error)
-                    return None
-                key = (message.topic() or "", message.partition() or 0)
-                span = pending.get(key)
-                offset = message.offset() or 0
-                if span is not None and offset < span[1]:
-                    rows[key].add(offset, message.key(), message.value())
-            now = _positions(consumer, pending)
-            done = [key for key, at in now.items() if at >= pending[key][1]]
-            if done:
-                consumer.pause([TopicPartition(t, p) for t, p in done])
-                for key in done:
-                    del pending[key]
-            if now != seen:
-                moved, seen = time.monotonic(), now
-            elif time.monotonic() - moved > self._stall_s:
-                stuck = {f"{t}/{p}": [now[(t, p)], end] for (t, p), (_, end) in pending.items()}
-                log.warning(
-                    "batch read by Spark instead: the driver's consumer stopped short "
-                    "partitions=%s (position, end) in %.0f s",
-                    stuck,
-                    self._stall_s,
-                )
-                return None
-        return rows
+        return _table(messages)
 
     def _open(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(
-                {
-                    **self._conf,
-                    "group.id": f"lakehouse-writer-batch-{uuid.uuid4()}",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    "auto.offset.reset": "error",  # a range gone from Kafka: said, not skipped
-                    "enable.partition.eof": False,
-                    "fetch.wait.max.ms": 10,  # as the Kafka source's kafka.fetch.max.wait.ms
-                }
+                consumer_config(
+                    self._conf,
+                    purpose="lakehouse-writer-batch",
+                    enable_auto_offset_store=False,
+                    fetch_wait_max_ms=10,  # as the Kafka source's kafka.fetch.max.wait.ms
+                )
             )
         return self._consumer
 
 
-class _Rows:
-    """One partition's rows as read: offsets, keys and values."""
-
-    __slots__ = ("keys", "offsets", "values")
-
-    def __init__(self) -> None:
-        self.offsets: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-
-    def add(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        self.offsets.append(offset)
-        self.keys.append(key)
-        self.values.append(value)
-
-
-def _positions(consumer: Consumer, pending: OffsetRanges) -> dict[tuple[str, int], int]:
-    """The consumer's position (the next offset to give) per pending partition."""
-    asked = [TopicPartition(t, p) for t, p in pending]
-    return {(tp.topic, tp.partition): tp.offset for tp in consumer.position(asked)}
-
-
-def _table(rows: Mapping[tuple[str, int], _Rows]) -> pa.Table:
-    """One Arrow table of the partitions' rows, partition after partition."""
-    parts = []
-    for (topic, partition), got in rows.items():
-        n = len(got.offsets)
-        if not n:
-            continue
-        values = pa.array(got.values, pa.binary())
-        parts.append(
-            pa.table(
-                [
-                    pa.array([topic] * n, pa.string()),
-                    pa.array([partition] * n, pa.int32()),
-                    pa.array(got.offsets, pa.int64()),
-                    header_array(values),
-                    pa.array(got.keys, pa.binary()),
-                    values,
-                ],
-                schema=RAW_SCHEMA,
-            )
-        )
-    return pa.concat_tables(parts) if parts else RAW_SCHEMA.empty_table()
+def _table(messages: list[Message]) -> pa.Table:
+    """One Arrow table of the messages, partition after partition, each in offset order."""
+    read = messages_to_arrow(messages, _MESSAGE_SCHEMA).sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+    )
+    values = read.column("value").combine_chunks()
+    return read.add_column(3, RAW_SCHEMA.field(HEADER), header_array(values))
