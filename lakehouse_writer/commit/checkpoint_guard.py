@@ -64,7 +64,13 @@ def concurrent_start(cause: str, checkpoint: str) -> CheckpointInUse | None:
         cause: The root cause of the failed start (``ClassName: message``).
         checkpoint: The checkpoint directory.
     """
-    if not cause.startswith("FileAlreadyExistsException") or "/metadata" not in cause:
+    lost_metadata = cause.startswith("FileAlreadyExistsException") and "/metadata" in cause
+    # Two writers in one Spark application: the second query has the first one's name (the
+    # instance id, read from the checkpoint the first one made).
+    same_name = cause.startswith("IllegalArgumentException") and (
+        "as a query with that name is already active" in cause
+    )
+    if not (lost_metadata or same_name):
         return None
     return CheckpointInUse(
         f"another writer started with the checkpoint {checkpoint} at the same moment and "

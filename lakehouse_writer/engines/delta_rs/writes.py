@@ -196,6 +196,13 @@ class DeltaRsWrites:
         except DeltaError as exc:  # Spark does it (see the module docstring)
             self._failed(table, what, _first_line(exc))
             return False
+        except OSError as exc:  # the storage refused: the batch fails, naming the table
+            with self._lock:
+                self._tables.pop(table.path, None)  # loaded afresh next time
+            raise OSError(
+                f"table {table.ref.qualified}: delta-rs could not {what} the rows at "
+                f"{table.path}: {_first_line(exc)}"
+            ) from None  # the failure report names the root cause: this one, with the table
         log.info(
             "delta-rs %s table=%s rows=%d seconds=%.3f",
             what,
