@@ -374,7 +374,7 @@ def jvm_logging(
 ) -> dict[str, str]:
     """``spark.driver.extraJavaOptions`` that make the driver's log4j2 log as the writer does.
 
-    The layout of ``LOG_FORMAT`` (``lakehouse_writer/log4j2``), at ``level`` but never below
+    The layout of ``LOG_FORMAT`` (``lakehouse_writer/runtime/log4j2``), at ``level`` but never below
     WARN. Java options given in ``conf`` come after the writer's, so a
     ``-Dlog4j2.configurationFile`` of the user's wins.
     """

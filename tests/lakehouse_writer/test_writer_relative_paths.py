@@ -4,7 +4,7 @@ What an operator types in a folder of their own: ``lakehouse-writer run --once``
 ``resume-table`` and ``maintain`` with relative paths, as processes (the console script of
 this venv) in a temporary working directory, with ``LOG_FORMAT=json``. Every line on stderr
 must be a JSON object: the writer's own lines and the Spark driver's (log4j2, through
-``lakehouse_writer/log4j2``). The one exception is the line the JVM prints itself before any
+``lakehouse_writer/runtime/log4j2``). The one exception is the line the JVM prints itself before any
 logging exists, :data:`JVM_OWN_LINE` (docs/OPERATIONS.md, "Logs").
 """
 
