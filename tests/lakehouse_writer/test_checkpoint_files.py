@@ -18,8 +18,8 @@ from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError, is_l
 def test_writers_starting_together_share_the_first_instance_id(tmp_path):
     checkpoint = f"file:{tmp_path / 'ckpt'}"
     with ThreadPoolExecutor(8) as pool:
-        ids = set(pool.map(lambda _: ids.instance_id(checkpoint), range(16)))
-    assert len(ids) == 1 and len(ids.pop()) == 32
+        found = set(pool.map(lambda _: ids.instance_id(checkpoint), range(16)))
+    assert len(found) == 1 and len(found.pop()) == 32
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["lakehouse_writer_instance"]
 
 
