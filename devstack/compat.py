@@ -57,13 +57,13 @@ class CompatEnv:
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The environment a process of this line runs with (``base``: ``os.environ``)."""
-        env = dict(os.environ if base is None else base)
-        env.pop("LAKEHOUSE_JARS_DIR", None)  # a folder of another line's jars
-        env["VIRTUAL_ENV"] = str(self.root)
-        env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        made = dict(os.environ if base is None else base)
+        made.pop("LAKEHOUSE_JARS_DIR", None)  # a folder of another line's jars
+        made["VIRTUAL_ENV"] = str(self.root)
+        made["PATH"] = f"{self.root / 'bin'}{os.pathsep}{made.get('PATH', '')}"
         for name in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-            env.pop(name, None)  # the main venv's would win over this one's pyspark
-        return env
+            made.pop(name, None)  # the main venv's would win over this one's pyspark
+        return made
 
 
 def environment(line: str) -> CompatEnv:

@@ -147,7 +147,7 @@ BY_NAME: list[tuple[str, str, list[ByName]]] = [
         [
             ByName(
                 "LAKEHOUSE_JARS_DIR",
-                "`$XDG_CACHE_HOME/flow-platform/jars/spark`",
+                "`$XDG_CACHE_HOME/flow-platform/jars/spark-<line>`",
                 "Where the writer's Spark connector jars are resolved with Maven; jars put "
                 "there by hand are used as they are.",
             ),
@@ -196,6 +196,11 @@ BY_NAME: list[tuple[str, str, list[ByName]]] = [
         "The local stack of this repository (`devstack/`), for the demo and the tests.",
         [
             ByName("DEVSTACK_HOME", "`.devstack`", "Jars, data, logs and pid files."),
+            ByName(
+                "PYENV_ROOT",
+                "`~/.pyenv`",
+                "Where `devstack compat LINE` looks for the Python a Spark line's venv wants.",
+            ),
             ByName(
                 "DEVSTACK_KAFKA_PORT",
                 "19092",
