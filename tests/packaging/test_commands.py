@@ -47,6 +47,7 @@ def test_the_installed_version_comes_from_git():
     version = installed_version()
     assert version != "0+unknown", "flow-platform is not installed (make install)"
     assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+)?(\+[\w.]+)?", version), version
+    assert version != "0.0.0", "installed from a tree without git metadata"
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -119,8 +119,21 @@ def _git(*args: str) -> str:
 
 
 def _describe() -> str:
-    """``v0.7.0`` on a tagged commit, else ``v0.7.0-3-g1a2b3c4`` (last tag, commits since)."""
-    return _git("describe", "--tags", "--match", "v[0-9]*")
+    """``v0.7.0`` on a tagged commit, ``v0.7.0-3-g1a2b3c4`` after it, ``""`` without tags.
+
+    The empty string is what ``git archive`` writes for ``%(describe)`` when no tag is behind
+    the commit (a CI checkout made with ``--no-tags``).
+    """
+    done = subprocess.run(
+        ["git", "describe", "--tags", "--match", "v[0-9]*"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0 and "No names found" in done.stderr + done.stdout:
+        return ""
+    done.check_returncode()
+    return done.stdout.strip()
 
 
 def _archival() -> str:
@@ -130,7 +143,13 @@ def _archival() -> str:
 
 
 def expected_version() -> str:
-    """The version setuptools-scm gives HEAD: its tag, or the next patch's dev release."""
+    """The version setuptools-scm gives HEAD: its tag, or the next patch's dev release.
+
+    Without a tag a source archive builds as ``0.0`` (setuptools-scm's version of an archive
+    whose ``describe-name`` is empty).
+    """
+    if not _describe():
+        return "0.0"
     found = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)(?:-(\d+)-g([0-9a-f]+))?", _describe())
     assert found, f"no vMAJOR.MINOR.PATCH tag behind HEAD: {_describe()}"
     major, minor, patch, distance, node = found.groups()
