@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.commit.state import STATE
+from lakehouse_writer.commit.system_tables import select_small, sql_literal
 from lakehouse_writer.engines.ids import INSTANCE_FILE  # read here, never created
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.runtime.status import HEARTBEAT_S, forget_stopped, read_status, status_age_s
@@ -105,8 +106,8 @@ class StateTable:
             from deltalake import DeltaTable
 
             predicate = (
-                f"instance = {_quote(instance)} AND kind = 'stopped' AND "
-                f'"table" = {_quote(table)}'
+                f"instance = {sql_literal(instance)} AND kind = 'stopped' AND "
+                f'"table" = {sql_literal(table)}'
             )
             DeltaTable(str(local_path(self.path))).delete(predicate)
             return
@@ -123,20 +124,13 @@ class StateTable:
     def _read_local(self) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
-        # Filtered here, not by pyarrow: files delta-rs rewrote (a resume) hold string views,
-        # which pyarrow's filter kernels do not compare with strings.
-        frame = DeltaTable(str(local_path(self.path))).to_pyarrow_table(columns=[*_COLUMNS, "kind"])
-        return [r for r in frame.to_pylist() if r["kind"] == "stopped"]
+        columns = ", ".join(f'"{c}"' for c in _COLUMNS)
+        return select_small(DeltaTable(str(local_path(self.path))), "kind = 'stopped'", columns)
 
     def _read_spark(self) -> list[dict[str, Any]]:
         assert self._spark is not None
         frame = self._spark.read.format("delta").load(self.path)
         return [r.asDict() for r in frame.filter("kind = 'stopped'").select(*_COLUMNS).collect()]
-
-
-def _quote(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def resume_table(

@@ -119,7 +119,6 @@ def read_rows(spark: SparkSession, path: str, column: str, value: str) -> list[A
 
 def _read_by_delta_rs(path: str, column: str, value: str) -> list[Any] | None:
     """:func:`read_rows` by delta-rs; None where Spark is to read."""
-    import pyarrow.compute as pc
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -133,8 +132,8 @@ def _read_by_delta_rs(path: str, column: str, value: str) -> list[Any] | None:
         return []
     if table.protocol().min_reader_version > 1:
         return None
-    found = table.to_pyarrow_dataset().to_table(filter=pc.field(column) == value)
-    return [SimpleNamespace(**row) for row in found.to_pylist()]
+    found = select_small(table, f"{_name(column)} = {sql_literal(value)}")
+    return [SimpleNamespace(**row) for row in found]
 
 
 def append_system(df: DataFrame, path: str, instance_id: str, batch_id: int) -> None:
@@ -194,3 +193,29 @@ def log_rows(df: DataFrame, table: str) -> DataFrame:
         exact = F.to_json("delta_pointer")  # the pointer's JSON text, whatever its JSON type
         parsed = parsed.withColumn("delta_pointer", exact)
     return parsed
+
+
+def select_small(table: DeltaTable, where: str, columns: str = "*") -> list[dict[str, Any]]:
+    """The rows of the small delta-rs ``table`` that match the SQL condition ``where``.
+
+    Read by delta-rs's own query engine (DataFusion, in Rust), not pyarrow's dataset scanner:
+    a scanner whose filter leaves no row can leave C++ threads running into the interpreter's
+    exit, which then aborts ("terminate called without an active exception", apache/arrow
+    #34314) — an operator's ``resume-table`` refusal exited with SIGABRT instead of 1.
+    """
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    query = QueryBuilder().register("t", table)
+    found = query.execute(f"select {columns} from t where {where}").read_all()
+    return pa.table(found).to_pylist()
+
+
+def _name(column: str) -> str:
+    """A SQL identifier."""
+    return '"' + column.replace('"', '""') + '"'
+
+
+def sql_literal(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
