@@ -240,11 +240,13 @@ class TransactionalProducer:
             )
 
     def _close(self) -> None:
-        if self._kafka is not None and self._state == "open":
-            self._kafka.flush(self._settings.connect_timeout_s)
+        kafka, self._kafka = self._kafka, None
+        if kafka is not None and self._state == "open":
+            kafka.flush(self._settings.connect_timeout_s)
         if self._state != "broken":
             self._state = "closed"
-        self._kafka = None
+        if kafka is not None:  # now, not when the last reference (a traceback's) goes
+            kafka.close()
 
     def _require_open(self) -> Producer:
         if self._state == "open" and self._kafka is not None:

@@ -162,6 +162,16 @@ class EmbeddedCatalog:
         if any(other != topic for other in self._bindings.topics_of(table)):  # else no I/O
             self._bindings.check(topic, value_schema, self._existing_topics(), logger)
 
+    def close(self) -> None:
+        """Close its Kafka producer (each write was flushed); a later use opens a new one.
+
+        Closed here rather than left to the garbage collector: a traceback that holds the
+        catalog (a failed run's) would keep the client retrying a broker that is gone.
+        """
+        producer, self._producer, self._admin = self._producer, None, None
+        if producer is not None:
+            producer.close()
+
     def _open(self) -> None:
         if self._producer is not None:
             return

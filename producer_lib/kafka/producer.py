@@ -32,7 +32,7 @@ from producer_lib.kafka._ledger import CommitHook, PendingCommit
 from producer_lib.kafka._send import EncodedBatch, RowRejected, rejected_row_error, send_batch
 from producer_lib.kafka._target import Target, build_target, check_columns, relation, row_table
 from producer_lib.kafka._transactional import TransactionalProducer
-from producer_lib.kafka.catalog import SchemaCatalog, catalog_from_settings
+from producer_lib.kafka.catalog import EmbeddedCatalog, SchemaCatalog, catalog_from_settings
 from producer_lib.kafka.expectations import act_on, check_before_export, send_rejected
 from producer_lib.kafka.progress import Progress
 from producer_lib.kafka.topics import (
@@ -94,6 +94,7 @@ class KafkaProducer(TransactionalProducer):
         )
         self._duckdb = duckdb_connection
         self._catalog = schema_catalog
+        self._own_catalog: SchemaCatalog | None = None
         self._targets: dict[str, Target] = {}
         self._expectation_reports: list[ExpectationReport] = []
 
@@ -105,8 +106,13 @@ class KafkaProducer(TransactionalProducer):
         """
         super().__enter__()
         if self._catalog is None:
-            self._catalog = catalog_from_settings(self._settings)
+            self._catalog = self._own_catalog = catalog_from_settings(self._settings)
         return self
+
+    def _close(self) -> None:
+        super()._close()
+        if isinstance(self._own_catalog, EmbeddedCatalog):  # one the caller passed is theirs
+            self._own_catalog.close()
 
     # -- targets ---------------------------------------------------------------------------
 
