@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.rules.truncate import Truncate, distinct_truncates
+from lakehouse_writer.runtime.session import quote_name
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -145,7 +146,7 @@ def summarize_rows(df: DataFrame, table: TableInfo) -> RowSummary:
     """Counts per change type, key range, oldest row and TRUNCATEs, in one job."""
     from pyspark.sql import functions as F
 
-    first = F.col(_q(table.keys[0])) if table.keys else None
+    first = F.col(quote_name(table.keys[0])) if table.keys else None
     change = F.col("__change_type")
     aggregates = summary_aggregates(first, F.col("__change_time"), change, F.col("__truncate"))
     return RowSummary.of_groups(df.groupBy(change).agg(*aggregates).collect())
@@ -157,7 +158,3 @@ def _least(a: Any, b: Any) -> Any:
 
 def _greatest(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from lakehouse_writer.runtime.session import quote_name
+
 __all__ = ["DATAFUSION", "DUCKDB", "SPARK", "Dialect"]
 
 
@@ -50,15 +52,11 @@ class Dialect:
     collect_set: str = "list(DISTINCT {x})"
 
 
-def _backtick(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _double_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _spark_struct(fields: Sequence[tuple[str, str]]) -> str:
+def _named_struct(fields: Sequence[tuple[str, str]]) -> str:
     pairs = ", ".join(f"'{name.replace(chr(39), chr(39) * 2)}', {expr}" for name, expr in fields)
     return f"named_struct({pairs})"
 
@@ -84,32 +82,31 @@ _SIMPLE = {
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
 
-def _duckdb_type(spark: str) -> str:
-    """A Spark type in DuckDB's SQL (the types a change row's scope columns can have)."""
-    if spark in _SIMPLE:
-        return _SIMPLE[spark]
-    found = _DECIMAL.fullmatch(spark)
-    if found is None:
-        raise ValueError(f"no DuckDB type for Spark's {spark}")
-    return f"DECIMAL({found.group(1)},{found.group(2)})"
+def _types_of(engine: str, simple: dict[str, str]) -> Callable[[str], str]:
+    """Spark type -> ``engine``'s SQL type (the types a change row's scope columns can have)."""
+
+    def convert(spark: str) -> str:
+        if spark in simple:
+            return simple[spark]
+        found = _DECIMAL.fullmatch(spark)
+        if found is None:
+            raise ValueError(f"no {engine} type for Spark's {spark}")
+        return f"DECIMAL({found.group(1)},{found.group(2)})"
+
+    return convert
 
 
-def _datafusion_type(spark: str) -> str:
-    """A Spark type in DataFusion's SQL (delta-rs predicates)."""
-    simple = {**_SIMPLE, "timestamp": "TIMESTAMP", "binary": "BYTEA", "string": "VARCHAR"}
-    if spark in simple:
-        return simple[spark]
-    found = _DECIMAL.fullmatch(spark)
-    if found is None:
-        raise ValueError(f"no DataFusion type for Spark's {spark}")
-    return f"DECIMAL({found.group(1)},{found.group(2)})"
+_duckdb_type = _types_of("DuckDB", _SIMPLE)
+_datafusion_type = _types_of(  # delta-rs predicates
+    "DataFusion", {**_SIMPLE, "timestamp": "TIMESTAMP", "binary": "BYTEA"}
+)
 
 
 SPARK = Dialect(
     name="spark",
-    quote=_backtick,
+    quote=quote_name,
     null_safe_equal="({a} <=> {b})",
-    struct=_spark_struct,
+    struct=_named_struct,
     first_non_null="first_value({x}) IGNORE NULLS",
     last_non_null="last_value({x}) IGNORE NULLS",
     at_micros="timestamp_micros({n})",
@@ -132,7 +129,7 @@ DATAFUSION = Dialect(
     name="datafusion",
     quote=_double_quote,
     null_safe_equal="({a} IS NOT DISTINCT FROM {b})",
-    struct=lambda fields: "named_struct(" + ", ".join(f"'{n}', {e}" for n, e in fields) + ")",
+    struct=_named_struct,
     first_non_null="first_value({x}) IGNORE NULLS",
     last_non_null="last_value({x}) IGNORE NULLS",
     at_micros="arrow_cast({n}, 'Timestamp(Microsecond, Some(\"UTC\"))')",

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -290,3 +291,25 @@ def check_connectors(spark: SparkSession) -> None:
             f"in {JARS_DIR_VARIABLE}, or the cluster's libraries",
             master=spark.sparkContext.master,
         )
+
+
+def quote_name(name: str) -> str:
+    """A Spark SQL identifier: ``name`` in backticks (a table path, a column)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+@contextmanager
+def session_conf(spark: SparkSession, key: str, value: str | None) -> Iterator[None]:
+    """Set a session setting for the block, then put the old value back (None: leave it)."""
+    if value is None:
+        yield
+        return
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)

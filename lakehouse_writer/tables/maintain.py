@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.runtime.lines import checkpoint_and_clean_up, latest_snapshot
+from lakehouse_writer.runtime.session import quote_name, session_conf
 from lakehouse_writer.runtime.storage import is_local
 from lakehouse_writer.tables.files import (
     directory_problem,
@@ -212,17 +213,20 @@ def _carry_out(
     if plan.properties:
         pairs = ", ".join(f"'{k}' = '{v}'" for k, v in plan.properties.items())
         with report.step("properties"):
-            spark.sql(f"ALTER TABLE delta.{_q(path)} SET TBLPROPERTIES ({pairs})")
+            spark.sql(f"ALTER TABLE delta.{quote_name(path)} SET TBLPROPERTIES ({pairs})")
     table = DeltaTable.forPath(spark, path)
     if plan.compact:
-        with report.step("compact"), _conf(spark, _MIN_FILE_SIZE, str(settings.small_file_bytes)):
+        with (
+            report.step("compact"),
+            session_conf(spark, _MIN_FILE_SIZE, str(settings.small_file_bytes)),
+        ):
             table.optimize().executeCompaction()
     gdpr = plan.vacuum_hours < plan.history_hours
     tasks = str(max(1, spark.sparkContext.defaultParallelism))
     with (
         report.step("vacuum"),
-        _conf(spark, _RETENTION_CHECK, "false" if gdpr else None),
-        _conf(spark, _LIST_PARALLELISM, tasks),
+        session_conf(spark, _RETENTION_CHECK, "false" if gdpr else None),
+        session_conf(spark, _LIST_PARALLELISM, tasks),
     ):
         table.vacuum(plan.vacuum_hours)
     with report.step("checkpoint"):
@@ -232,26 +236,9 @@ def _carry_out(
     report.log_versions_removed = max(0, first_log_version(spark, path) - first_log)
 
 
-@contextmanager
-def _conf(spark: SparkSession, key: str, value: str | None) -> Iterator[None]:
-    """Set a session setting for the block and put the old value back (None: leave it)."""
-    if value is None:
-        yield
-        return
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
-
-
 def _detail(spark: SparkSession, path: str) -> tuple[int, int, dict[str, str]]:
     """Files, bytes and properties of the table's latest version."""
-    row = spark.sql(f"DESCRIBE DETAIL delta.{_q(path)}").collect()[0]
+    row = spark.sql(f"DESCRIBE DETAIL delta.{quote_name(path)}").collect()[0]
     return int(row["numFiles"] or 0), int(row["sizeInBytes"] or 0), dict(row["properties"] or {})
 
 
@@ -302,10 +289,6 @@ def _checkpoint(spark: SparkSession, path: str) -> None:
 
 def _snapshot(spark: SparkSession, path: str) -> Any:
     return latest_snapshot(spark, jvm_delta_log(spark, path))
-
-
-def _q(path: str) -> str:
-    return "`" + path.replace("`", "``") + "`"
 
 
 def _cause(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import SchemaEvolutionError, TableNameError
 from lakehouse_writer.runtime.lines import current_line, latest_snapshot, widens
+from lakehouse_writer.runtime.session import quote_name
 from lakehouse_writer.runtime.storage import is_local, local_path
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
 from producer_lib.schema.names import path_segment, table_name_problem
@@ -185,7 +186,7 @@ def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
         for name, kind in columns
         if name not in technical and (kind in _STATS_TYPES or kind.startswith("decimal"))
     ]
-    return ",".join(_q(name) for name in [*eligible[:MAX_STATS_COLUMNS], "__change_time"])
+    return ",".join(quote_name(name) for name in [*eligible[:MAX_STATS_COLUMNS], "__change_time"])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -446,13 +447,13 @@ def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = Tr
     ``REVENUE$``).
     """
     columns = ", ".join(
-        f"{_q(item.name)} {item.type.to_spark()}"
+        f"{quote_name(item.name)} {item.type.to_spark()}"
         + ("" if item.nullable else " NOT NULL")
         + (f" COMMENT '{_sql_str(item.doc)}'" if item.doc else "")
         for item in schema_fields(schema)
     )
     cluster = (
-        f" CLUSTER BY ({', '.join(_q(c) for c in schema.cluster_columns)})"
+        f" CLUSTER BY ({', '.join(quote_name(c) for c in schema.cluster_columns)})"
         if schema.cluster_columns
         else ""
     )
@@ -462,7 +463,7 @@ def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = Tr
         for key, value in table_properties(schema, deletion_vectors).items()
     )
     return (
-        f"CREATE TABLE IF NOT EXISTS delta.{_q(path)} ({columns}) USING delta"
+        f"CREATE TABLE IF NOT EXISTS delta.{quote_name(path)} ({columns}) USING delta"
         f"{cluster}{comment} TBLPROPERTIES ({properties})"
     )
 
@@ -471,7 +472,7 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
     properties, current = table_metadata(spark, path)
     _check_keys(properties, schema, ref)
     by_name = {f.name.casefold(): f for f in current.fields}
-    target = f"delta.{_q(path)}"
+    target = f"delta.{quote_name(path)}"
     added = [f.name for f in schema_fields(schema) if f.name.casefold() not in by_name]
     mapped = properties.get(COLUMN_MAPPING_MODE) == COLUMN_MAPPING[COLUMN_MAPPING_MODE]
     if needs_column_mapping(added) and not mapped:
@@ -488,7 +489,7 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
         else:
             _change_column(spark, target, old.name, old.dataType, new_type, ref, properties)
             if not old.nullable and item.nullable:
-                spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(old.name)} DROP NOT NULL")
+                spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quote_name(old.name)} DROP NOT NULL")
                 log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
     stats = stats_columns(columns)
     if added and properties.get(STATS_COLUMNS_PROPERTY, stats) != stats:  # a table of ours
@@ -510,7 +511,7 @@ def _recluster(
     wanted = list(schema.cluster_columns)
     if json.loads(properties.get(CLUSTER_BY_PROPERTY, "[]")) == wanted:
         return
-    columns = f"({', '.join(_q(c) for c in wanted)})" if wanted else "NONE"
+    columns = f"({', '.join(quote_name(c) for c in wanted)})" if wanted else "NONE"
     spark.sql(f"ALTER TABLE {target} CLUSTER BY {columns}")
     spark.sql(
         f"ALTER TABLE {target} SET TBLPROPERTIES "
@@ -532,7 +533,8 @@ def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) 
 
 def _add_column(spark: SparkSession, target: str, item: AvroField, ref: TableRef) -> None:
     comment = f" COMMENT '{_sql_str(item.doc)}'" if item.doc else ""
-    spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({_q(item.name)} {item.type.to_spark()}{comment})")
+    column = f"{quote_name(item.name)} {item.type.to_spark()}{comment}"
+    spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({column})")
     log.info(
         "column added table=%s column=%s type=%s", ref.qualified, item.name, item.type.to_spark()
     )
@@ -573,7 +575,7 @@ def _change_column(
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
         properties[TYPE_WIDENING] = "true"
         log.info("type widening turned on table=%s column=%s", ref.qualified, name)
-    spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(name)} TYPE {new.simpleString()}")
+    spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quote_name(name)} TYPE {new.simpleString()}")
     log.info(
         "column widened table=%s column=%s from=%s to=%s",
         ref.qualified,
@@ -604,10 +606,6 @@ def can_widen(old: DataType, new: DataType) -> bool:
         if a in _INTEGRAL:
             return new.scale == 0 and new.precision >= _INTEGRAL_DIGITS[a]
     return a == b
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _sql_str(text: str) -> str:

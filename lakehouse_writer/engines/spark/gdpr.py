@@ -37,12 +37,11 @@ table has none) is not rewritten. A rewrite that fails, or leaves a deletion vec
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import ApplyError
 from lakehouse_writer.runtime.failure import root_cause
+from lakehouse_writer.runtime.session import quote_name, session_conf
 from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, jvm_delta_log
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ def purge_deleted_rows(spark: SparkSession, table: TableInfo, batch_id: int) -> 
                     path=path,
                     batch=batch_id,
                 )
-        target = f"delta.{_q(path)}"
+        target = f"delta.{quote_name(path)}"
         spark.sql(
             f"ALTER TABLE {target} SET TBLPROPERTIES ('{GDPR_DELETE_PROPERTY}' = '{batch_id}')"
         )
@@ -127,36 +126,20 @@ def files_with_deleted_rows(spark: SparkSession, path: str) -> int:
 
 def _rewrite(spark: SparkSession, table: TableInfo) -> str:
     """Rewrite every file of ``table`` (see the module docstring); returns what it ran."""
-    target = f"delta.{_q(table.path)}"
+    target = f"delta.{quote_name(table.path)}"
     clustering = spark.sql(f"DESCRIBE DETAIL {target}").collect()[0][_CLUSTERING_COLUMNS]
     if clustering:
         frame = spark.read.format("delta").load(table.path)
         rewrite = frame.write.format("delta").mode("overwrite").option("dataChange", "false")
         rewrite.save(table.path)
         # the overwrite drops the clustering columns (clusterBy on the writer too): set again
-        spark.sql(f"ALTER TABLE {target} CLUSTER BY ({', '.join(_q(c) for c in clustering)})")
+        spark.sql(
+            f"ALTER TABLE {target} CLUSTER BY ({', '.join(quote_name(c) for c in clustering)})"
+        )
         return "a rewrite of the clustered table (dataChange=false)"
-    with _conf(spark, _ZORDER_STATS_CHECK, "false"):
-        spark.sql(f"OPTIMIZE {target} ZORDER BY ({_q(table.keys[0])})")
+    with session_conf(spark, _ZORDER_STATS_CHECK, "false"):
+        spark.sql(f"OPTIMIZE {target} ZORDER BY ({quote_name(table.keys[0])})")
     return "OPTIMIZE ZORDER BY"
-
-
-@contextmanager
-def _conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
-    """Set a session setting for the block, then put the old value back."""
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _jvm(spark: SparkSession) -> Any:
