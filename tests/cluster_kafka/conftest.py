@@ -29,9 +29,9 @@ PARTITIONS = 3  # one partition led by each node: any node lost is a leader lost
 TRANSACTION_TIMEOUT_MS = 60_000
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterLayout]:
-    """Three KRaft nodes (broker + controller each), RF 3 and min ISR 2, for the session."""
+    """Three KRaft nodes (broker + controller each), RF 3 and min ISR 2, for this folder."""
     root = tmp_path_factory.mktemp("devstack") / "kafka-cluster"
     layout = cluster.up(ClusterLayout(root=root, base_port=free_port_block(2 * cluster.SIZE)))
     try:

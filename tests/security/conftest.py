@@ -1,4 +1,4 @@
-"""The secured broker for these tests: started once per session in a temp folder, then stopped.
+"""The secured broker for these tests: started once for this folder, in a temp folder, then stopped.
 
 It runs beside the devstack broker on free ports of its own. Every test here is also checked
 for leaks: after it, nothing it logged or printed (Python logging, and stdout/stderr at the
@@ -25,7 +25,7 @@ from tests.support.consume import read_topic
 from tests.support.ports import free_port_pair
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureLayout]:
     """The secured broker (SASL_SSL, SCRAM-SHA-512, ACLs), with the writer user and no flows."""
     layout = SecureLayout(root=tmp_path_factory.mktemp("secured") / "kafka", port=free_port_pair())
