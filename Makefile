@@ -8,13 +8,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install jars postgres browser-tools test test-fast test-slow test-serial demo bench soak lint up down clean
+.PHONY: help install jars postgres browser-tools test test-fast test-slow test-parallel demo bench soak lint up down clean
 
 help:
 	@echo "make demo       run the demo pipeline end to end (sets everything up)"
 	@echo "make test       run the whole test suite (sets everything up)"
 	@echo "make test-fast  everything but the tests marked slow"
-	@echo "make test-serial the whole suite as one pytest run"
+	@echo "make test-parallel the whole suite as two pytest runs side by side"
 	@echo "make bench      run the benchmarks in bench/ (each prints a RESULT line)"
 	@echo "make soak       10 minutes of small transactions against a running writer"
 	@echo "make up|down    start/stop the local Kafka broker (devstack)"
@@ -45,15 +45,15 @@ postgres:
 browser-tools:
 	scripts/install-browser-tools.sh
 
-# Two pytest runs side by side on one broker (tests/shards.py); test-serial: one run.
 test: jars postgres browser-tools
-	$(BIN)/python -m tests.shards --durations=15 $(PYTEST_ARGS)
-
-test-serial: jars postgres browser-tools
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 
+# The whole suite as two pytest runs side by side on one broker (tests/shards.py).
+test-parallel: jars postgres browser-tools
+	$(BIN)/python -m tests.shards --durations=15 $(PYTEST_ARGS)
+
 test-fast: jars postgres browser-tools
-	$(BIN)/python -m tests.shards -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-slow: jars postgres browser-tools
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

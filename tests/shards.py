@@ -1,11 +1,12 @@
-"""``make test``: the whole suite as two pytest runs side by side, on one broker and registry.
+"""``make test-parallel``: the whole suite as two pytest runs side by side, on one broker.
 
-Most of the suite's time is spent waiting — for a JVM to start, a broker to answer, a Spark job
-to be scheduled, pip to install a wheel — so two runs share the machine's two cores better than
-one. The writer's in-process Spark tests (``tests/lakehouse_writer``, ``tests/ops``) run in one
-shard; everything else (the producer side, packaging, flows, and the suites that start clusters
-and brokers of their own) in the other. A folder added to ``tests/`` lands in the second shard
-without an edit here.
+Much of the suite's time is spent waiting — for a JVM to start, a broker to answer, a Spark job
+to be scheduled, pip to install a wheel — so two runs can share the cores better than one. The
+writer's in-process Spark tests (``tests/lakehouse_writer``, ``tests/ops``) run in one shard;
+everything else (the producer side, packaging, flows, and the suites that start clusters and
+brokers of their own) in the other. A folder added to ``tests/`` lands in the second shard
+without an edit here. On two cores it saves little (docs/PERFORMANCE.md, "The test suite"):
+``make test`` stays one run.
 
 The devstack broker and schema registry are started once, before the shards (each shard's
 session fixtures then find them running and leave them up), and stopped at the end if this

@@ -1,4 +1,4 @@
-"""``make test``'s two shards (tests/shards.py) cover the suite, each test folder once."""
+"""``make test-parallel``'s two shards (tests/shards.py) cover the suite, each test folder once."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -246,7 +247,9 @@ class TransactionalProducer:
         if self._state != "broken":
             self._state = "closed"
         if kafka is not None:  # now, not when the last reference (a traceback's) goes
-            kafka.close()
+            with warnings.catch_warnings():  # a fenced producer's abort fails; logged already
+                warnings.simplefilter("ignore", RuntimeWarning)
+                kafka.close()
 
     def _require_open(self) -> Producer:
         if self._state == "open" and self._kafka is not None:

@@ -142,7 +142,13 @@ def produce_transaction(
 ) -> None:
     """Produce ``rows`` (plus raw ``extra`` (topic, key, value) messages) in one transaction."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"test-{uuid.uuid4().hex}"}
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"test-{uuid.uuid4().hex}",
+            # tens of thousands of rows encoded one by one on a loaded machine can take more
+            # than librdkafka's default 60 s, after which the broker fences the transaction
+            "transaction.timeout.ms": 300_000,
+        }
     )
     producer.init_transactions(30)
     producer.begin_transaction()
