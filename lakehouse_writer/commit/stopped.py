@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.commit.state import STATE
-from lakehouse_writer.commit.system_tables import select_small, sql_literal
+from lakehouse_writer.commit.system_tables import select_small
 from lakehouse_writer.engines.ids import INSTANCE_FILE  # read here, never created
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.rules.dialect import DATAFUSION, sql_literal
 from lakehouse_writer.runtime.status import HEARTBEAT_S, forget_stopped, read_status, status_age_s
 from lakehouse_writer.runtime.storage import CheckpointFiles, is_local, local_path
 
@@ -124,7 +125,7 @@ class StateTable:
     def _read_local(self) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
-        columns = ", ".join(f'"{c}"' for c in _COLUMNS)
+        columns = ", ".join(DATAFUSION.quote(c) for c in _COLUMNS)
         return select_small(DeltaTable(str(local_path(self.path))), "kind = 'stopped'", columns)
 
     def _read_spark(self) -> list[dict[str, Any]]:

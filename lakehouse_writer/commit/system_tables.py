@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.spark import txn
+from lakehouse_writer.rules.dialect import DATAFUSION, sql_literal
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -132,7 +133,7 @@ def _read_by_delta_rs(path: str, column: str, value: str) -> list[Any] | None:
         return []
     if table.protocol().min_reader_version > 1:
         return None
-    found = select_small(table, f"{_name(column)} = {sql_literal(value)}")
+    found = select_small(table, f"{DATAFUSION.quote(column)} = {sql_literal(value)}")
     return [SimpleNamespace(**row) for row in found]
 
 
@@ -209,13 +210,3 @@ def select_small(table: DeltaTable, where: str, columns: str = "*") -> list[dict
     query = QueryBuilder().register("t", table)
     found = query.execute(f"select {columns} from t where {where}").read_all()
     return pa.table(found).to_pylist()
-
-
-def _name(column: str) -> str:
-    """A SQL identifier."""
-    return '"' + column.replace('"', '""') + '"'
-
-
-def sql_literal(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"

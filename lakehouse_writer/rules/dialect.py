@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from lakehouse_writer.runtime.session import quote_name
 
-__all__ = ["DATAFUSION", "DUCKDB", "SPARK", "Dialect"]
+__all__ = ["DATAFUSION", "DUCKDB", "SPARK", "Dialect", "sql_literal"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class Dialect:
     hash: str = "hash({x})"
     micros_of: str = "epoch_us({x})"
     collect_set: str = "list(DISTINCT {x})"
+
+
+def sql_literal(text: str) -> str:
+    """A SQL string literal (the same in Spark, DuckDB and DataFusion)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _double_quote(name: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lakehouse_writer.rules.dialect import DATAFUSION, SPARK, Dialect
+from lakehouse_writer.rules.dialect import DATAFUSION, SPARK, Dialect, sql_literal
 from lakehouse_writer.rules.row_types import ACTION, BASE_TIME
 
 __all__ = ["DATAFUSION", "SPARK", "Dialect", "MergeClauses", "key_range_condition", "merge_clauses"]
@@ -107,5 +107,5 @@ def _literal(value: object) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
+        return sql_literal(value)
     return None

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from lakehouse_writer.rules.dialect import Dialect
+from lakehouse_writer.rules.dialect import Dialect, sql_literal
 from lakehouse_writer.rules.row_types import (
     ACTION,
     ARCHIVE,
@@ -294,8 +294,7 @@ def _one(truncate: Truncate, shape: TableShape, dialect: Dialect) -> str:
         if text is None:
             parts.append(f"{q(column)} IS NULL")
         else:
-            literal = "'" + text.replace("'", "''") + "'"
-            typed = f"CAST({literal} AS {dialect.types(shape.columns[column])})"
+            typed = f"CAST({sql_literal(text)} AS {dialect.types(shape.columns[column])})"
             parts.append(dialect.null_safe_equal.format(a=q(column), b=typed))
     return " AND ".join(parts)
 
