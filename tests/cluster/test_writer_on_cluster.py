@@ -20,6 +20,8 @@ Which of the local checks run here (the representative set):
   --master spark://…`` → the exact rows; the GDPR purge rewrote the table on the executors
   (Delta's ``REORG … APPLY (PURGE)`` cannot run there: lakehouse_writer/engines/spark/gdpr.py), and
   after ``lakehouse-writer maintain`` no Parquet file under the table holds a deleted row.
+  Its runs are ``lakehouse-writer run --master`` without ``--jars``: the executors fetch the
+  connector jars from the driver.
 - ``test_writer_crash.py``'s load with a worker killed mid-batch: ``test_worker_killed.py``.
 """
 
@@ -38,7 +40,13 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from producer_lib.schema import schema_fingerprint, single_object_header
-from tests.cluster.conftest import SparkCluster, delta_rows, spark_submit_argv, submit_env
+from tests.cluster.conftest import (
+    SMALL_CLUSTER_CONF,
+    SparkCluster,
+    delta_rows,
+    spark_submit_argv,
+    submit_env,
+)
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
@@ -202,44 +210,15 @@ def test_spark_submit_applies_every_row_type_once_and_a_replay_changes_nothing(
     assert len(_apps_on(spark_cluster, "lakehouse-writer")) == len(apps) + 1
 
 
-def test_lakehouse_writer_run_with_a_cluster_master_ships_its_jars(
-    spark_cluster, connector_jars, kafka_bootstrap, new_topic, tmp_path
-):
-    topic, schemas = new_topic(), new_topic(suffix="_schemas")
-    schema = sample_schema()
-    publish_schemas(kafka_bootstrap, topic, schemas, schema)
-    rows = [
-        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + 1} for i in range(5)
-    ]
-    produce_transaction(kafka_bootstrap, topic, schema, rows)
-    lake, ckpt, log = tmp_path / "lake", tmp_path / "ckpt", tmp_path / "writer.log"
-    argv = [
-        str(Path(sys.executable).parent / "lakehouse-writer"),
-        "run",
-        "--master",
-        spark_cluster.url,
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "--lakehouse",
-        str(lake),
-        "--checkpoint",
-        str(ckpt),
-        "--once",
-        "--topics",
-        topic,
-        "--bootstrap-servers",
-        kafka_bootstrap,
-    ]
-    _run(argv, submit_env(LAKEHOUSE_SCHEMAS_TOPIC=schemas, LAKEHOUSE_SMALL_MERGE_ROWS="0"), log)
-
-    assert _rows(lake / "SHOP" / "ORDERS", ("ID", "NAME")) == [(i, f"n{i}") for i in range(5)]
-    text = log.read_text(errors="replace")
-    assert f"spark session master={spark_cluster.url}" in text
-    app = _apps_on(spark_cluster, "lakehouse-writer")[-1]
+def _assert_jars_shipped(cluster: SparkCluster, connector_jars: list[str], log: Path) -> None:
+    """``lakehouse-writer run --master`` ran on ``cluster``, whose executors fetched the
+    connector jars from the driver (the writer put them in ``spark.jars`` itself)."""
+    assert f"spark session master={cluster.url}" in log.read_text(errors="replace")
+    app = _apps_on(cluster, "lakehouse-writer")[-1]
     fetched = [
         log_file.read_text(errors="replace")
-        for worker in range(len(spark_cluster.workers))
-        for log_file in spark_cluster.executor_logs(worker)
+        for worker in range(len(cluster.workers))
+        for log_file in cluster.executor_logs(worker)
         if log_file.parent.parent.name == app["id"]
     ]
     shipped = [Path(j).name for j in connector_jars]
@@ -328,14 +307,14 @@ def _current_holders(table: Path) -> list[str]:
 
 
 def test_every_row_type_with_a_gdpr_delete_then_maintain_leaves_no_file_with_the_row(
-    spark_cluster, kafka_bootstrap, new_topic, tmp_path
+    spark_cluster, connector_jars, kafka_bootstrap, new_topic, tmp_path
 ):
     topic, schemas = new_topic(partitions=2), new_topic(suffix="_schemas")
     publish_schemas(kafka_bootstrap, topic, schemas, sample_schema())
     lake, ckpt, log = tmp_path / "lake", tmp_path / "ckpt", tmp_path / "writer.log"
     orders = lake / "SHOP" / "ORDERS"
     where = ["--lakehouse", str(lake), "--checkpoint", str(ckpt)]
-    on_cluster = ["--master", spark_cluster.url, "--conf", "spark.sql.shuffle.partitions=2"]
+    on_cluster = ["--master", spark_cluster.url, *SMALL_CLUSTER_CONF]
     writer = [str(Path(sys.executable).parent / "lakehouse-writer")]
     run = [*writer, "run", *on_cluster, *where, "--once", "--topics", topic]
     run += ["--bootstrap-servers", kafka_bootstrap]
@@ -345,6 +324,7 @@ def test_every_row_type_with_a_gdpr_delete_then_maintain_leaves_no_file_with_the
     loaded = _initial_load(kafka_bootstrap, topic)
     _run(run, env, log)
     assert delta_rows(orders, COLUMNS) == loaded
+    _assert_jars_shipped(spark_cluster, connector_jars, log)
 
     expected = _every_row_type(kafka_bootstrap, topic)
     _run(run, env, log)
