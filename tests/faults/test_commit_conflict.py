@@ -32,8 +32,16 @@ from tests.support.writer import (
 ROWS = 10_000  # a MERGE of seconds on two cores: a wide window for the race
 
 
-def _poke_until(table: Path, stop: threading.Event, pokes: list[int]) -> None:
-    """Commit property changes to ``table`` (delta-rs) until ``stop`` is set."""
+def _poke_until(table: Path, started: Path, stop: threading.Event, pokes: list[int]) -> None:
+    """Once the writer's batch has begun (``started`` exists), commit a property change to
+    ``table`` (delta-rs) every quarter second until ``stop`` is set.
+
+    A quarter second is well inside the MERGE's seconds, so some poke overlaps it; poking
+    faster, and from before the batch, only grew the log the writer must read again on every
+    try (904 versions, 209 s for the test).
+    """
+    while not started.exists() and not stop.is_set():
+        time.sleep(0.05)
     while not stop.is_set():
         try:
             days = 30 + len(pokes) % 2  # a real change each time (delta-rs takes delta.* keys)
@@ -42,7 +50,7 @@ def _poke_until(table: Path, stop: threading.Event, pokes: list[int]) -> None:
             pokes.append(1)
         except Exception:  # noqa: BLE001 - losing the race ourselves is fine: poke again
             pass
-        time.sleep(0.02)
+        time.sleep(0.25)
 
 
 @pytest.mark.kafka
@@ -69,7 +77,10 @@ def test_a_merge_that_loses_a_commit_race_is_applied_again(
     env = {"LAKEHOUSE_SCHEMAS_TOPIC": schemas, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     writer = WriterProcess(argv[1:], env, log, str(ckpt))
     stop, pokes = threading.Event(), list[int]()
-    poker = threading.Thread(target=_poke_until, args=(lake / "SHOP" / "ORDERS", stop, pokes))
+    batch_started = ckpt / "offsets" / "1"  # Spark writes a batch's offsets before it runs
+    poker = threading.Thread(
+        target=_poke_until, args=(lake / "SHOP" / "ORDERS", batch_started, stop, pokes)
+    )
     poker.start()
     try:
         deadline = time.monotonic() + 300
