@@ -31,6 +31,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from producer_lib.errors import SchemaError
+from producer_lib.sql_text import quote_literal
 
 __all__ = [
     "ACTIONS",
@@ -128,7 +129,7 @@ def sql_literal(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
+        return quote_literal(value)
     if isinstance(value, datetime):
         kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
         return f"{kind} '{value.isoformat(sep=' ')}'"

@@ -31,6 +31,7 @@ from producer_lib.sources.dictionary import (
     source_table_of,
     source_tables_of,
 )
+from producer_lib.sql_text import quote_literal
 from producer_lib.staging import (
     delta_scan_location,
     describe,
@@ -152,7 +153,7 @@ class DuckDBReader(SourceAdapter):
 def _scan_by_location(match: re.Match[str]) -> str:
     """``delta_scan('<path>')`` with a local path as the URL every name reads by."""
     location = delta_scan_location(match.group(1).replace("''", "'"))
-    return "delta_scan('" + location.replace("'", "''") + "')"
+    return f"delta_scan({quote_literal(location)})"
 
 
 def _duckdb_dictionary(

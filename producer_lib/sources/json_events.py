@@ -49,18 +49,15 @@ from producer_lib.schema import ValueSchema, value_schema_from_describe
 from producer_lib.settings import KafkaSettings
 from producer_lib.sources.adapter import SourceAdapter
 from producer_lib.sources.topic_range import TopicRange
+from producer_lib.sql_text import quote_ident, quote_literal
 from producer_lib.staging import quote_table
-from producer_lib.staging.duckdb_stage import column_list, quote_ident
+from producer_lib.staging.duckdb_stage import column_list
 
 _names = itertools.count()
 _DUCKDB_FILE = re.compile(r'in file "([^"]+)"')
 _EXACT_NUMBER = re.compile(r"(U?(TINY|SMALL|BIG|HUGE)?INT(EGER)?|DECIMAL\(\d+,\d+\))")
 _BOOLEAN = "BOOLEAN"
 _NUMBER_JSON = "('BIGINT', 'UBIGINT', 'DOUBLE')"  # json_type() of JSON numbers
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)
@@ -126,7 +123,7 @@ class JsonColumns:
         parts = [quote_ident(locator) for locator in locators]
         for name, duck_type in self.columns:
             raw_col = quote_ident(name)
-            target = _sql_string(json.dumps(duck_type))
+            target = quote_literal(json.dumps(duck_type))
             parts.append(f"{raw_col} AS {quote_ident(name + '__raw')}")
             parts.append(f"TRY(json_transform_strict({raw_col}, {target})) AS {raw_col}")
         return f"SELECT {', '.join(parts)} FROM {raw}"
@@ -148,7 +145,7 @@ class JsonColumns:
     def first_misfit(self, typed: str, locators: Sequence[str]) -> str:
         """SQL: locators, column name and raw values of the first row with a misfit value."""
         misfits = [(name, self.misfit(name, duck_type)) for name, duck_type in self.columns]
-        cases = " ".join(f"WHEN {test} THEN {_sql_string(name)}" for name, test in misfits)
+        cases = " ".join(f"WHEN {test} THEN {quote_literal(name)}" for name, test in misfits)
         raws = ", ".join(quote_ident(name + "__raw") for name, _ in self.columns)
         return (
             f"SELECT {column_list(locators)}, CASE {cases} END, [{raws}] FROM {typed} "
@@ -330,7 +327,7 @@ class KafkaJsonReader(_JsonEventsReader):
             self._check_objects(view, topic)
             raw = (
                 f'(SELECT partition, "offset", unnest(json_transform(decode(value), '
-                f"{_sql_string(self.columns.structure())})) FROM {view})"
+                f"{quote_literal(self.columns.structure())})) FROM {view})"
             )
             locators = {"partition": "partition", "offset": "offset"}
             return self._stage(duckdb_table, raw, locators, {"topic": topic})
@@ -364,9 +361,9 @@ class JsonLinesReader(_JsonEventsReader):
         self._progress[duckdb_table].add(rows)
 
     def _stage_files(self, duckdb_table: str, paths: str) -> int:
-        columns = ", ".join(f"{_sql_string(name)}: 'JSON'" for name, _ in self.columns.columns)
+        columns = ", ".join(f"{quote_literal(name)}: 'JSON'" for name, _ in self.columns.columns)
         raw = (
-            f"read_json({_sql_string(paths)}, format = 'newline_delimited', "
+            f"read_json({quote_literal(paths)}, format = 'newline_delimited', "
             f"columns = {{{columns}}}, filename = '__file')"
         )
         try:
@@ -395,7 +392,7 @@ class JsonLinesReader(_JsonEventsReader):
                 return SourceError("A line is not a JSON object", file=file, line=bad[0])
             raw = (
                 f"(SELECT line, unnest(json_transform(value, "
-                f"{_sql_string(self.columns.structure())})) FROM {view})"
+                f"{quote_literal(self.columns.structure())})) FROM {view})"
             )
             typed = self._typed(raw, {"line": "line"})
             try:

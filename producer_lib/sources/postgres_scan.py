@@ -41,7 +41,8 @@ from sqlglot import exp
 from producer_lib.errors import SourceError
 from producer_lib.schema import AvroType
 from producer_lib.sources.dictionary import SourceTable
-from producer_lib.staging import load_packaged_extension, quote_ident, quote_table
+from producer_lib.sql_text import quote_ident, quote_literal
+from producer_lib.staging import load_packaged_extension, quote_table
 
 EXTENSION = "postgres_scanner"
 _SENT_AS_TEXT = frozenset({"json", "jsonb", "xml", "inet", "cidr", "macaddr", "name"})
@@ -175,7 +176,7 @@ def _value(name: str, column: PgColumn) -> str:
     if column.type_name == "bpchar" and column.length:
         return f"rpad({name}, {column.length}, ' ')"
     if column.unbounded_numeric:
-        message = _literal(
+        message = quote_literal(
             f"{_MARK}{column.name}{_MARK} numeric value does not fit "
             "DECIMAL(38,10): cast the column in SQL"
         )
@@ -189,10 +190,6 @@ def _value(name: str, column: PgColumn) -> str:
 
 _MARK = "\u241f"  # brackets the column name in a value error, so the SourceError can name it
 _MARKED = re.compile(f"{_MARK}(.*?){_MARK}", re.DOTALL)
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 class PostgresScan:
@@ -221,7 +218,8 @@ class PostgresScan:
         database = f"__postgres_{next(_databases)}"
         try:
             self.connection.execute(
-                f"ATTACH {_literal(self.dsn)} AS {quote_ident(database)} (TYPE postgres, READ_ONLY)"
+                f"ATTACH {quote_literal(self.dsn)} AS {quote_ident(database)} "
+                "(TYPE postgres, READ_ONLY)"
             )
         except duckdb.Error as exc:
             raise SourceError(f"DuckDB cannot attach PostgreSQL: {self.redact(str(exc))}") from None
@@ -256,7 +254,7 @@ class PostgresScan:
         database = self.database or ""
         if table is None:
             query = pushdown_sql(sql, columns, tag)
-            source, parameters = f"postgres_query({_literal(database)}, ?)", [query]
+            source, parameters = f"postgres_query({quote_literal(database)}, ?)", [query]
         else:
             database = quote_ident(database)
             names = ", ".join(f"{quote_ident(c.name)} AS c{i}" for i, c in enumerate(columns))

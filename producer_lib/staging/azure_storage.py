@@ -31,6 +31,7 @@ import duckdb
 
 from producer_lib.errors import SourceError
 from producer_lib.settings.azure_storage import AzureStorageSettings
+from producer_lib.sql_text import quote_literal
 from producer_lib.staging.extensions import load_packaged_extension
 
 __all__ = ["AZURE_PATH", "AzureStorageSettings", "azure_secret_sql", "use_azure_storage"]
@@ -72,7 +73,7 @@ def azure_secret_sql(settings: AzureStorageSettings) -> str:
         values["CHAIN"] = settings.credential_chain
     if settings.account_name and provider != "config":
         values["ACCOUNT_NAME"] = settings.account_name
-    options = "".join(f", {key} {_literal(value)}" for key, value in values.items())
+    options = "".join(f", {key} {quote_literal(value)}" for key, value in values.items())
     return f"CREATE OR REPLACE SECRET {SECRET_NAME} (TYPE azure, PROVIDER {provider}{options})"
 
 
@@ -110,7 +111,3 @@ def _secrets(settings: AzureStorageSettings) -> list[str]:
         for secret in (settings.connection_string, settings.client_secret)
         if secret is not None
     ]
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"

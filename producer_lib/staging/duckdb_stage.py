@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from producer_lib.errors import SourceError
 from producer_lib.schema import ValueSchema, value_schema_from_describe
+from producer_lib.sql_text import quote_ident
 
 logger = logging.getLogger(__name__)
 _names = itertools.count()
@@ -44,11 +45,6 @@ def connection_lock(connection: duckdb.DuckDBPyConnection) -> threading.RLock:
 def default_connection() -> duckdb.DuckDBPyConnection:
     """Return DuckDB's process-wide default connection (the one ``duckdb.sql`` uses)."""
     return duckdb.default_connection()
-
-
-def quote_ident(name: str) -> str:
-    """Quote an identifier for DuckDB SQL: ``a"b`` -> ``"a""b"``."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def quote_table(table: str) -> str:
