@@ -310,12 +310,16 @@ def run_command(argv: Sequence[str] | None = None) -> None:
 def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.Event) -> None:
     """Probe Kafka, start Spark, run; every failure ends in status ``failed`` and one line.
 
+    A ``--once`` run that Kafka shows has nothing to read starts no Spark
+    (:mod:`lakehouse_writer.read.caught_up`).
+
     Raises:
         WriterFailed: The run failed (recorded in the status file, logged).
     """
     from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
     from lakehouse_writer.ops.watch import watching
+    from lakehouse_writer.read.caught_up import caught_up
     from lakehouse_writer.runtime.failure import keep_traces_off_stderr, report_failure
     from lakehouse_writer.runtime.probe import probe_kafka
     from lakehouse_writer.runtime.session import refuse_spark_connect
@@ -328,6 +332,8 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
         # file system: only Spark can write there that Kafka did not answer.
         spark = None if is_local(settings.checkpoint_path) else start_session(args, settings)
         probe_kafka(settings.kafka_client_conf(), timeout)
+        if args.once and spark is None and caught_up(settings, timeout) is not None:
+            return  # Kafka holds nothing the last run did not apply: no Spark to start
         spark = spark or start_session(args, settings)
         keep_traces_off_stderr(spark)
         with watching(settings):  # LAKEHOUSE_METRICS_PORT, LAKEHOUSE_MONITOR_GROUP
