@@ -38,7 +38,7 @@ from producer_lib.runner.execution_log import (
     log_key,
     read_latest,
 )
-from producer_lib.runner.lineage_records import lineage_records
+from producer_lib.runner.lineage_records import lineage_documents, lineage_record
 from producer_lib.runner.result import RunFailed, RunResult
 from producer_lib.runner.runs import azure_http
 from producer_lib.settings import FlowSettings, KafkaSettings
@@ -306,8 +306,9 @@ class FunctionRunner:
         def hook(pending: PendingCommit) -> None:
             merge_reports(run.expectations, producer.take_expectation_reports())
             rows = {t: run.rows.get(t, 0) + n for t, n in pending.rows.items()}
-            for key, value in lineage_records(run.reader, pending, self.logger):
-                producer.produce_system_record(LINEAGE_TOPIC, key, value)
+            documents = lineage_documents(run.reader, pending, self.logger)
+            for document in documents:
+                producer.produce_system_record(LINEAGE_TOPIC, *lineage_record(document))
             record = replace(
                 self._record(
                     run, "COMPLETED", pointer=run.staged_pointer, commit_id=pending.commit_id
