@@ -112,6 +112,25 @@ def test_a_failing_load_sends_start_then_fail(tpch_env, monkeypatch, tmp_path):
     assert events[1]["outputs"] == []  # nothing committed
 
 
+def test_the_kafka_transport_sends_the_events_to_a_topic(
+    tpch_env, monkeypatch, tmp_path, new_topic
+):
+    topic = new_topic()
+    monkeypatch.setenv("TPCH_SOURCE_PATH", str(tmp_path / "missing.duckdb"))
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "kafka")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TOPIC", topic)
+    config = {"bootstrap.servers": tpch_env["bootstrap"], "message.timeout.ms": "10000"}
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__CONFIG", json.dumps(config))
+    with pytest.raises(RunFailed) as failed:
+        asyncio.run(TpchFlow().run("initial"))
+
+    events = [json.loads(m.value()) for m in consume_all(tpch_env["bootstrap"], topic)]
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    assert {e["run"]["runId"] for e in events} == {failed.value.result.run_id}
+    for event in events:
+        check_run_event(event)
+
+
 def test_a_dead_receiver_does_not_fail_the_load(tpch_env, monkeypatch, caplog):
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "http")
     monkeypatch.setenv("OPENLINEAGE__TRANSPORT__URL", closed_port_url())

@@ -253,3 +253,22 @@ def test_the_client_leaves_the_environment_as_it_found_it(monkeypatch):
     assert after == before
     assert sender.client.transport.kind == "http"
     assert openlineage_events.client_sender() is sender  # one client per configuration
+
+
+def test_the_file_transport_writes_events_that_pass_the_check(monkeypatch, tmp_path):
+    log = tmp_path / "events.jsonl"
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "file")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__LOG_FILE_PATH", str(log))
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__APPEND", "true")
+    run = OpenLineageRun.create(FACTS, datasets(), logging.getLogger("flow"))
+    assert run.active
+
+    async def both() -> None:
+        await run.start()
+        await run.complete()
+
+    asyncio.run(both())
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    for event in events:
+        check_run_event(event)
