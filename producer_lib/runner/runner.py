@@ -257,9 +257,9 @@ class FunctionRunner:
         token = _current.set(run)
         hook = self._commit_hook(run, producer)
         producer.add_commit_hook(hook)
-        await run.openlineage.start()
         try:
             try:
+                await run.openlineage.start()
                 initial = run.record.load == "initial"
                 await (self.initial_load if initial else self.delta_load)(producer, reader)
             finally:  # the run's own records below commit without the hook
