@@ -202,6 +202,7 @@ def test_the_check_refuses_what_the_spec_refuses():
 def test_off_nothing_imports_the_client():
     code = (
         "import asyncio, logging, sys\n"
+        "import producer_lib, producer_lib.runner.runner, flows.tpch\n"
         "from producer_lib.runner.openlineage import OpenLineageRun\n"
         "from producer_lib.runner.openlineage_model import RunDatasets, RunFacts, SourceNaming\n"
         "run = OpenLineageRun.create(RunFacts(*['x'] * 8), "
