@@ -127,6 +127,52 @@ BY_NAME: list[tuple[str, str, list[ByName]]] = [
         ],
     ),
     (
+        "OpenLineage",
+        "Read when a flow run starts (`producer_lib/runner/openlineage.py`, docs/LINEAGE.md). "
+        "Any of the first three turns the run events on; the OpenLineage client (extra "
+        "`lineage`) then reads its own configuration from them, as its documentation says.",
+        [
+            ByName(
+                "OPENLINEAGE_URL",
+                "unset",
+                "Send the events over HTTP to this URL (`OPENLINEAGE_ENDPOINT`, default "
+                "`api/v1/lineage`, and `OPENLINEAGE_API_KEY` are the client's).",
+            ),
+            ByName(
+                "OPENLINEAGE_CONFIG",
+                "unset",
+                "Path of the client's `openlineage.yml` (transport: http, console, file, "
+                "kafka...). A file found only in the working directory does not turn events "
+                "on.",
+            ),
+            ByName(
+                "OPENLINEAGE__<KEY>",
+                "unset",
+                "The client's configuration as variables, e.g. "
+                "`OPENLINEAGE__TRANSPORT__TYPE=console`.",
+            ),
+            ByName(
+                "OPENLINEAGE_DISABLED",
+                "unset",
+                "`true`: no events, whatever else is set.",
+            ),
+            ByName(
+                "OPENLINEAGE_NAMESPACE",
+                "the flow's `source_system`",
+                "The namespace of the flows' jobs.",
+            ),
+            ByName(
+                "PGHOST",
+                "`localhost`",
+                "With `PGPORT` (`5432`), `PGDATABASE` and `PGUSER`: libpq's defaults, for the "
+                "dataset names of a `PostgresReader` whose DSN leaves them out.",
+            ),
+            ByName("PGPORT", "`5432`", "See `PGHOST`."),
+            ByName("PGDATABASE", "the user", "See `PGHOST`."),
+            ByName("PGUSER", "unset", "See `PGHOST`."),
+        ],
+    ),
+    (
         "Flow-repo template",
         "Read by `templates/flow_repo/function_app.py` (app settings of the function app).",
         [

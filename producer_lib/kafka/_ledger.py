@@ -160,6 +160,7 @@ class PendingCommit:
         commit_id: Id of the commit (also the key of its ``_commits`` record).
         transaction_time: The ``__change_time`` of its rows (µs since epoch, UTC).
         rows: Data rows per table (``<namespace>.<name>``) in this transaction.
+        topic_rows: Data rows per ``(topic, table)`` in this transaction.
         truncated: Text values cut to their declared length, per table and column.
     """
 
@@ -168,6 +169,7 @@ class PendingCommit:
         self.transaction_time = ledger.transaction_time
         self.truncated = ledger.truncated
         self.rows: dict[str, int] = {}
+        self.topic_rows = dict(ledger.tables)
         for (_topic, table), rows in ledger.tables.items():
             self.rows[table] = self.rows.get(table, 0) + rows
         self._after: list[Callable[[], None]] = []

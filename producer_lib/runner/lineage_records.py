@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from producer_lib.kafka.producer import PendingCommit
 from producer_lib.runner.lineage import LineageError, derive_lineage
 from producer_lib.sources import SourceAdapter
 
-__all__ = ["lineage_records"]
+__all__ = ["lineage_documents", "lineage_record"]
 
 
-def lineage_records(
+def lineage_documents(
     reader: SourceAdapter | None, pending: PendingCommit, logger: logging.Logger
-) -> list[tuple[bytes, bytes]]:
-    """Key and value bytes of the lineage documents of the tables in ``pending``.
+) -> list[dict[str, Any]]:
+    """The ``_lineage`` documents (docs/WIRE.md) of the tables in ``pending``.
 
     A table gets a document when ``reader.load`` produced it from SQL (``reader.loads``).
     Lineage is best effort: SQL it cannot follow is logged as a warning and skipped, never
     failing the commit.
     """
-    records = []
+    documents = []
     for table in pending.rows:
         load = reader.loads.get(table) if reader is not None else None
         if load is None or load.dialect is None:
@@ -37,6 +38,10 @@ def lineage_records(
         except LineageError as exc:
             logger.warning("no lineage table=%s error=%s", table, exc)
             continue
-        document = lineage.to_json(pending.commit_id)
-        records.append((table.encode(), json.dumps(document, separators=(",", ":")).encode()))
-    return records
+        documents.append(lineage.to_json(pending.commit_id))
+    return documents
+
+
+def lineage_record(document: dict[str, Any]) -> tuple[bytes, bytes]:
+    """Key (the target table) and value bytes of one ``_lineage`` document."""
+    return document["target"].encode(), json.dumps(document, separators=(",", ":")).encode()

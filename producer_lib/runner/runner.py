@@ -12,6 +12,9 @@ rest, the same for the Azure Functions trigger, the container server and the com
                            COMPLETED record with the staged pointer and rows so far
     FAILED | COMPLETED     on an exception: abort, FAILED with the pointer of the last commit;
                            a run that committed nothing gets its COMPLETED record on its own
+
+With the OpenLineage client's variables set, the run also sends OpenLineage START, then
+COMPLETE or FAIL (:mod:`producer_lib.runner.openlineage`, best effort, never failing it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextvars
 import copy
 import json
 import logging
+import os
 import time
 import uuid
 from contextlib import AsyncExitStack
@@ -38,7 +42,14 @@ from producer_lib.runner.execution_log import (
     log_key,
     read_latest,
 )
-from producer_lib.runner.lineage_records import lineage_records
+from producer_lib.runner.lineage_records import lineage_documents, lineage_record
+from producer_lib.runner.openlineage import OpenLineageRun
+from producer_lib.runner.openlineage_model import (
+    RunDatasets,
+    RunFacts,
+    kafka_namespace,
+    source_naming,
+)
 from producer_lib.runner.result import RunFailed, RunResult
 from producer_lib.runner.runs import azure_http
 from producer_lib.settings import FlowSettings, KafkaSettings
@@ -64,6 +75,7 @@ class _Run:
     record: ExecutionRecord
     committed_pointer: Any
     staged_pointer: Any
+    openlineage: OpenLineageRun
     reader: SourceAdapter | None = None
     rows: dict[str, int] = field(default_factory=dict)
     commit_ids: list[str] = field(default_factory=list)
@@ -79,6 +91,8 @@ class FunctionRunner:
     reader, i.e. for ``producer-lib run|serve`` and ``http(req)`` without them):
     ``source_system``, ``zone``, ``reader_class`` (a :class:`SourceAdapter` subclass, built
     with the logger) and ``function_name`` (default: the class's module name).
+    ``lineage_namespace``: the OpenLineage namespace of the tables its SQL reads where the
+    naming spec has none (DuckDB; default ``<dialect>://<source_system>``, docs/LINEAGE.md).
 
     Args:
         function_name: Name of the flow function: part of the transactional id and of the
@@ -90,6 +104,7 @@ class FunctionRunner:
     source_system: str = "UNKNOWN"
     zone: str = "bronze"
     reader_class: type[SourceAdapter] = DuckDBReader
+    lineage_namespace: str = ""
 
     def __init__(self, function_name: str | None = None, logger: logging.Logger | None = None):
         name = function_name or type(self).function_name or type(self).__module__.split(".")[-1]
@@ -244,6 +259,7 @@ class FunctionRunner:
         producer.add_commit_hook(hook)
         try:
             try:
+                await run.openlineage.start()
                 initial = run.record.load == "initial"
                 await (self.initial_load if initial else self.delta_load)(producer, reader)
             finally:  # the run's own records below commit without the hook
@@ -257,7 +273,9 @@ class FunctionRunner:
             merge_reports(run.expectations, producer.take_expectation_reports())
             if not run.commit_ids or run.staged_pointer != run.committed_pointer:
                 self._log_record(producer, run, "COMPLETED", pointer=run.staged_pointer)
-            return self._result(run, "COMPLETED")
+            result = self._result(run, "COMPLETED")
+            await run.openlineage.complete()
+            return result
         except Exception as exc:
             raise await self._failed(producer, run, exc) from exc
         finally:
@@ -287,7 +305,8 @@ class FunctionRunner:
             started_at=_now(),
             delta_pointer=pointer,
         )
-        run = _Run(record, committed_pointer=pointer, staged_pointer=pointer, reader=reader)
+        lineage = self._openlineage(record, producer, reader)
+        run = _Run(record, pointer, pointer, lineage, reader=reader)
         self._log_record(producer, run, "STARTED", pointer=pointer)
         self.logger.info(
             "run started flow=%s dataflow=%s partition=%s load=%s run_id=%s delta_pointer=%r",
@@ -300,14 +319,38 @@ class FunctionRunner:
         )
         return run
 
+    def _openlineage(
+        self, record: ExecutionRecord, producer: KafkaProducer, reader: SourceAdapter
+    ) -> OpenLineageRun:
+        """The run's OpenLineage events (none while OpenLineage is off).
+
+        Job ``<function>`` (``<function>.<dataflow>`` for a dataflow other than ``default``)
+        in the namespace ``OPENLINEAGE_NAMESPACE``, else the flow's source system.
+        """
+        dataflow = "" if record.dataflow == "default" else f".{record.dataflow}"
+        facts = RunFacts(
+            run_id=record.run_id,
+            job_namespace=os.environ.get("OPENLINEAGE_NAMESPACE") or self.source_system,
+            job_name=f"{self.function_name}{dataflow}",
+            function_name=self.function_name,
+            dataflow=record.dataflow,
+            partition=record.partition,
+            load=record.load,
+            source_system=self.source_system,
+        )
+        naming = source_naming(reader, self.source_system, self.lineage_namespace)
+        datasets = RunDatasets(kafka_namespace(producer.settings.bootstrap_servers), naming)
+        return OpenLineageRun.create(facts, datasets, self.logger)
+
     def _commit_hook(self, run: _Run, producer: KafkaProducer) -> Any:
         """Inside each commit: lineage and COMPLETED; after it succeeded: the bookkeeping."""
 
         def hook(pending: PendingCommit) -> None:
             merge_reports(run.expectations, producer.take_expectation_reports())
             rows = {t: run.rows.get(t, 0) + n for t, n in pending.rows.items()}
-            for key, value in lineage_records(run.reader, pending, self.logger):
-                producer.produce_system_record(LINEAGE_TOPIC, key, value)
+            documents = lineage_documents(run.reader, pending, self.logger)
+            for document in documents:
+                producer.produce_system_record(LINEAGE_TOPIC, *lineage_record(document))
             record = replace(
                 self._record(
                     run, "COMPLETED", pointer=run.staged_pointer, commit_id=pending.commit_id
@@ -316,7 +359,7 @@ class FunctionRunner:
             )
             producer.produce_system_record(EXECUTION_LOG_TOPIC, *record.encode())
             pointer = run.staged_pointer
-            pending.after_commit(lambda: _committed(run, rows, pending, pointer))
+            pending.after_commit(lambda: _committed(run, rows, pending, pointer, documents))
 
         return hook
 
@@ -356,6 +399,7 @@ class FunctionRunner:
         )
         merge_reports(run.expectations, producer.take_expectation_reports())
         await self._log_failed(producer, run, error)
+        await run.openlineage.fail(error)
         result = self._result(run, "FAILED", error=error)
         return RunFailed(
             f"run failed: {error}",
@@ -433,8 +477,15 @@ class FunctionRunner:
         return result
 
 
-def _committed(run: _Run, rows: dict[str, int], pending: PendingCommit, pointer: Any) -> None:
+def _committed(
+    run: _Run,
+    rows: dict[str, int],
+    pending: PendingCommit,
+    pointer: Any,
+    documents: list[dict[str, Any]],
+) -> None:
     run.rows.update(rows)
+    run.openlineage.committed(documents, pending.topic_rows)
     run.commit_ids.append(pending.commit_id)
     run.committed_pointer = pointer
     for table, columns in pending.truncated.items():

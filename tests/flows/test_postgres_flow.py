@@ -168,3 +168,31 @@ def test_a_user_who_cannot_see_other_sessions_gets_a_clear_error(shop, monkeypat
     with pytest.raises(RunFailed, match="GRANT pg_read_all_stats"):
         run(shop, "initial")
     source(shop.dsn, "DROP ROLE flow_unprivileged")
+
+
+def test_openlineage_names_the_postgres_tables_by_the_naming_spec(shop, monkeypatch):
+    """The events of a PostgresReader flow: postgres://host:port, database.schema.table."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from tests.support.openlineage import LineageReceiver, check_run_event
+
+    dsn = conninfo_to_dict(shop.dsn)
+    with LineageReceiver().running() as receiver:
+        monkeypatch.setenv("OPENLINEAGE_URL", receiver.url)
+        result = run(shop, "initial")
+
+    start, complete = receiver.of_run(result.run_id)
+    check_run_event(start)
+    check_run_event(complete)
+    namespace = f"postgres://{dsn['host']}:{dsn['port']}"
+    names = {(d["namespace"], d["name"]) for d in complete["inputs"]}
+    assert names == {(namespace, f"{dsn['dbname']}.shop.{t}") for t in ("customers", "orders")}
+    assert (complete["job"]["namespace"], complete["job"]["name"]) == (
+        "SHOPDB",
+        f"postgres_orders.{shop.dataflow}",
+    )
+    orders = next(d for d in complete["outputs"] if d["name"] == f"{shop.prefix}orders")
+    inputs = orders["facets"]["columnLineage"]["fields"]["order_id"]["inputFields"]
+    assert [(i["namespace"], i["name"], i["field"]) for i in inputs] == [
+        (namespace, f"{dsn['dbname']}.shop.orders", "order_id")
+    ]

@@ -46,6 +46,7 @@ OPTIONAL_DISTRIBUTIONS = {
     "duckdb-extension-azure",
     "duckdb-extension-tpch",
     "duckdb-extension-avro",
+    "openlineage-python",
 }
 # Public names that need an extra (imported on first use), and which one.
 NAMES_NEEDING_AN_EXTRA = {
