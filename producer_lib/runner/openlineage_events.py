@@ -8,6 +8,7 @@ builds the client from its own configuration (``OPENLINEAGE_URL``, ``OPENLINEAGE
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from datetime import UTC, datetime
@@ -168,6 +169,25 @@ class ClientSender:
 
 _senders: dict[tuple[tuple[str, str], ...], ClientSender] = {}
 _senders_lock = threading.Lock()
+
+
+def close_senders(timeout_s: float = 5.0) -> None:
+    """Close every client made so far: their transports flush and let their connections go.
+
+    Registered to run at exit; tests call it when the broker or receiver they used stops (a
+    Kafka transport's producer would otherwise retry a stopped broker until the process ends).
+    """
+    with _senders_lock:
+        senders = list(_senders.values())
+        _senders.clear()
+    for sender in senders:
+        try:
+            sender.client.close(timeout_s)
+        except Exception:  # noqa: BLE001, S110 - closing is best effort, like every send
+            pass
+
+
+atexit.register(close_senders)
 
 
 def client_sender() -> ClientSender:

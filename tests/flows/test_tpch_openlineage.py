@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 
@@ -18,6 +19,7 @@ import pytest
 from flows.tpch import TpchFlow
 from flows.tpch_source import TABLES, create_source
 from producer_lib.kafka.topics import LINEAGE_TOPIC
+from producer_lib.runner.openlineage_events import close_senders
 from producer_lib.runner.result import RunFailed
 from tests.support.consume import consume_all
 from tests.support.openlineage import LineageReceiver, check_run_event, closed_port_url
@@ -34,14 +36,15 @@ def tpch_source(tmp_path_factory):
 
 @pytest.fixture
 def tpch_env(monkeypatch, tpch_source, kafka_bootstrap):
-    for name in [n for n in __import__("os").environ if n.startswith("OPENLINEAGE")]:
+    for name in [n for n in os.environ if n.startswith("OPENLINEAGE")]:
         monkeypatch.delenv(name)
     prefix = f"t_tpch_ol_{uuid.uuid4().hex[:8]}."
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("TPCH_SOURCE_PATH", str(tpch_source))
     monkeypatch.setenv("TPCH_TOPIC_PREFIX", prefix)
     monkeypatch.setenv("OPENLINEAGE_NAMESPACE", "flows-test")
-    return {"prefix": prefix, "bootstrap": kafka_bootstrap}
+    yield {"prefix": prefix, "bootstrap": kafka_bootstrap}
+    close_senders()  # a Kafka transport's producer must not outlive its test's broker
 
 
 def lineage_documents(bootstrap: str, commit_id: str) -> dict[str, dict]:
