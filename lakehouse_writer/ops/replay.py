@@ -165,7 +165,7 @@ def replay_rejected(
         results = _apply(spark, settings, lake, decoded, replay_id)  # 2. apply
         failing.update(_rule_failures(results, planned))
         _kill_point()
-        _write_reasons(spark, lake, replay_id, failing)  # 3. reasons
+        _write_reasons(spark, lake, replay_id, failing, planned)  # 3. reasons
         outcomes = {at: (t, *failing.get(at, (APPLIED, None))) for at, t in planned.items()}
         _append_replayed(spark, lake, replay_id, outcomes, None)  # 4. mark
     finally:
@@ -440,23 +440,30 @@ def _kill_point() -> None:
 
 
 def _write_reasons(
-    spark: SparkSession, lake: str, replay_id: int, failing: dict[Where, tuple[str, str]]
+    spark: SparkSession,
+    lake: str,
+    replay_id: int,
+    failing: dict[Where, tuple[str, str]],
+    planned: dict[Where, str | None],
 ) -> None:
-    """Set the new reason of the rows that still fail in ``_rejected`` (once per replay)."""
+    """Set the new reason of the rows that still fail in ``_rejected`` (once per replay).
+
+    A row that named no table (its schema was unknown) names the one it is meant for now.
+    """
     from delta.tables import DeltaTable
 
     if not failing:
         return
-    data = [(t, p, o, error) for (t, p, o), (_, error) in sorted(failing.items())]
+    data = [(*at, error, planned.get(at)) for at, (_, error) in sorted(failing.items())]
     source = spark.createDataFrame(
-        data, "topic STRING, `partition` INT, `offset` BIGINT, error STRING"
+        data, "topic STRING, `partition` INT, `offset` BIGINT, error STRING, `table` STRING"
     )
     target = DeltaTable.forPath(spark, f"{lake}/{REJECTED}")
     on = " AND ".join(f"r.`{c}` = s.`{c}`" for c in _WHERE)
     app_id = ids.app_id_for(REPLAY_INSTANCE, REJECTED)
     with txn.delta_txn(spark, app_id, replay_id):
         target.alias("r").merge(source.alias("s"), on).whenMatchedUpdate(
-            set={"error": "s.error"}
+            set={"error": "s.error", "table": "coalesce(r.`table`, s.`table`)"}
         ).execute()
 
 

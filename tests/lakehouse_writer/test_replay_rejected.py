@@ -90,11 +90,11 @@ def test_a_table_name_without_namespace_is_refused_before_spark_starts(tmp_path,
 
 def test_the_summary_names_tables_counts_and_reasons() -> None:
     summary = ReplaySummary(replay_id=3, applied={"SHOP.ORDERS": 2})
-    summary.failing[("SHOP.ORDERS", "unknown change type")] += 1
+    summary.failing[("SHOP.ORDERS", "unknown __change_type Z")] += 1
     assert summary_lines(summary) == [
         "replay 3",
         "  replayed 2 rows into SHOP.ORDERS",
-        "  still failing 1 rows (SHOP.ORDERS): unknown change type",
+        "  still failing 1 rows (SHOP.ORDERS): unknown __change_type Z",
     ]
     assert summary_lines(ReplaySummary()) == ["nothing to replay: no rejected row can be taken"]
 
@@ -244,6 +244,11 @@ def test_replay_applies_the_fixed_rows_once_and_marks_them(spark, lake, capfd) -
     second = {outcome for r, _, outcome in _replayed(spark, the_lake) if r == 1}
     assert second == {"planned", "failing"}  # only the two rows that still fail, again
 
+    assert main([*the_lake.replay, "--since", "2999-01-01T00:00:00+00:00"]) == 0
+    assert "nothing to replay" in capfd.readouterr().out
+    assert main([*the_lake.replay, "--table", "SHOP.NOPE"]) == 1
+    assert "table='SHOP.NOPE'" in capfd.readouterr().err
+
 
 @pytest.mark.kafka
 @pytest.mark.spark
@@ -255,7 +260,9 @@ def test_a_row_that_still_fails_stays_with_its_new_reason(spark, lake, capfd) ->
     unknown = [e for e in errors if "unknown writer schema" in e]
     assert len(unknown) == 3, errors  # two applied rows keep theirs; V3's row is still unknown
     new = [e for e in errors if "unknown writer schema" not in e]
-    assert len(new) == 1 and "Z" in new[0], errors  # the Z row: now the rules' reason
+    assert new == ["unknown __change_type Z"], errors  # the Z row: now the rules' reason
+    tables = {error: table for error, table in _rejected(spark, the_lake).values()}
+    assert tables["unknown __change_type Z"] == "SHOP.ORDERS"  # its table, known now
 
 
 @pytest.mark.kafka
