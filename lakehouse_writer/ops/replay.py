@@ -159,25 +159,36 @@ def replay_rejected(
     tables = TableManager(spark, lake, settings.deletion_vectors)
     decoded = decode_batch(rows, catalog, tables, stopped, _headers(rows))
     try:
-        failing = _failing(decoded.rejected)
-        planned = _planned(decoded, failing)
-        _append_replayed(spark, lake, replay_id, planned, PLANNED)  # 1. plan
-        results = _apply(spark, settings, lake, decoded, replay_id)  # 2. apply
-        failing.update(_rule_failures(results, planned))
-        _kill_point()
-        _write_reasons(spark, lake, replay_id, failing, planned)  # 3. reasons
-        outcomes = {at: (t, *failing.get(at, (APPLIED, None))) for at, t in planned.items()}
-        _append_replayed(spark, lake, replay_id, outcomes, None)  # 4. mark
+        outcomes = _replay(spark, settings, lake, replay_id, decoded)
     finally:
-        for frame in decoded.cached:
+        for frame in [*decoded.cached, rows]:
             frame.unpersist()
-        rows.unpersist()
-    for t, outcome, error in outcomes.values():
+    for table_, outcome, error in outcomes.values():
         if outcome == APPLIED:
-            summary.applied[t or "?"] = summary.applied.get(t or "?", 0) + 1
+            summary.applied[table_ or "?"] = summary.applied.get(table_ or "?", 0) + 1
         else:
-            summary.failing[(t, error or "")] += 1
+            summary.failing[(table_, error or "")] += 1
     return summary
+
+
+def _replay(
+    spark: SparkSession,
+    settings: LakehouseSettings,
+    lake: str,
+    replay_id: int,
+    decoded: DecodedBatch,
+) -> dict[Where, Outcome]:
+    """The steps of replay ``replay_id`` of the ``decoded`` rows; how each row ended."""
+    failing = _failing(decoded.rejected)
+    planned = _planned(decoded, failing)
+    _append_replayed(spark, lake, replay_id, {at: (t, PLANNED, None) for at, t in planned.items()})
+    results = _apply(spark, settings, lake, decoded, replay_id)
+    failing.update(_rule_failures(results, planned))
+    _kill_point()
+    _write_reasons(spark, lake, replay_id, failing, planned)
+    outcomes = {at: (t, *failing.get(at, (APPLIED, None))) for at, t in planned.items()}
+    _append_replayed(spark, lake, replay_id, outcomes)  # the replay is done
+    return outcomes
 
 
 # -- 0. what is there to replay ------------------------------------------------------------------
@@ -351,7 +362,8 @@ def _dry_run(rows: DataFrame, catalog: SchemaCatalog, summary: ReplaySummary) ->
 
 # -- 1. plan -------------------------------------------------------------------------------------
 
-Where = tuple[str, int, int]
+Where = tuple[str, int, int]  # topic, partition, offset
+Outcome = tuple[str | None, str, str | None]  # table, planned/applied/failing, reason
 
 
 def _failing(rejected: list[DataFrame]) -> dict[Where, tuple[str, str]]:
@@ -373,21 +385,15 @@ def _planned(decoded: DecodedBatch, failing: dict[Where, Any]) -> dict[Where, st
 
 
 def _append_replayed(
-    spark: SparkSession,
-    lake: str,
-    replay_id: int,
-    rows: dict[Where, tuple[str | None, str, str | None]] | dict[Where, str | None],
-    outcome: str | None,
+    spark: SparkSession, lake: str, replay_id: int, rows: dict[Where, Outcome]
 ) -> None:
-    """Append rows to ``_replayed`` once: the plan (version 2N), the outcomes (2N+1)."""
+    """Append rows to ``_replayed`` once: the plan (txn version 2N), the outcomes (2N+1)."""
     from pyspark.sql import functions as F
 
-    data = []
-    for (topic, partition, offset), value in sorted(rows.items()):
-        table, kind, error = value if isinstance(value, tuple) else (value, outcome, None)
-        data.append((replay_id, topic, partition, offset, table, kind, error))
+    data = [(replay_id, *at, *outcome) for at, outcome in sorted(rows.items())]
     frame = spark.createDataFrame(data, REPLAYED_DDL).withColumn("at", F.current_timestamp())
-    version = 2 * replay_id + (0 if outcome == PLANNED else 1)
+    planning = all(outcome == PLANNED for _, outcome, _ in rows.values())
+    version = 2 * replay_id + (0 if planning else 1)
     app_id = ids.app_id_for(REPLAY_INSTANCE, REPLAYED)
     txn.append(frame.coalesce(1), f"{lake}/{REPLAYED}", app_id, version, merge_schema=True)
 
