@@ -3,7 +3,9 @@
 ``status`` and ``resume-table NAMESPACE.NAME`` (same ``--lakehouse``/``--checkpoint``) are the
 operator's commands (:mod:`lakehouse_writer.ops.admin`, docs/OPERATIONS.md); ``maintain
 [--table NAMESPACE.NAME ...] [--dry-run]`` compacts, vacuums and checkpoints the tables
-(:mod:`lakehouse_writer.tables.maintain`); ``ui [--host H] [--port P]`` serves the status page
+(:mod:`lakehouse_writer.tables.maintain`); ``replay-rejected [--table NAMESPACE.NAME]
+[--since ISO_TIME] [--dry-run]`` applies the rejected rows whose cause is fixed
+(:mod:`lakehouse_writer.ops.replay`); ``ui [--host H] [--port P]`` serves the status page
 (:mod:`lakehouse_writer.ops.ui`). ``run`` serves
 metrics and commits to a monitoring consumer group as ``LAKEHOUSE_METRICS_PORT`` and
 ``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.ops.watch`).
@@ -64,6 +66,7 @@ examples:
   lakehouse-writer status --lakehouse ./lake --checkpoint ./ckpt
   lakehouse-writer resume-table SHOP.ORDERS --lakehouse ./lake --checkpoint ./ckpt
   lakehouse-writer maintain --lakehouse ./lake --dry-run
+  lakehouse-writer replay-rejected --lakehouse ./lake --checkpoint ./ckpt --dry-run
   lakehouse-writer ui --lakehouse ./lake --checkpoint ./ckpt --port 8790
 
 Logs go to stderr: LOG_FORMAT=json for one JSON object a line, LOG_LEVEL=DEBUG for more.
@@ -152,8 +155,44 @@ def _parser() -> argparse.ArgumentParser:
         help="only this table (repeatable; default: every table of the lakehouse)",
     )
     maintain.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    _replay_parser(sub, [where, spark])
     _ui_parser(sub, [where, spark])
     return parser
+
+
+def _replay_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    replay = sub.add_parser(
+        "replay-rejected",
+        parents=parents,
+        help="apply the rows of _rejected whose cause is fixed, exactly once",
+        description="Apply the rows of _rejected that can be applied now (their schema was "
+        "published, the table takes them), in their order and with their change times, "
+        "exactly once even if killed and run again; they are marked in _replayed. Rows that "
+        "still fail stay in _rejected with the new reason. Stop the writer first. Exit code "
+        "0: done (rows may still fail: the summary says), 1: refused or failed, 2: bad "
+        "arguments or settings.",
+    )
+    replay.add_argument("--table", metavar="NAMESPACE.NAME", help="only this table's rows")
+    replay.add_argument(
+        "--since", type=_since, metavar="ISO_TIME", help="only rows rejected since then"
+    )
+    replay.add_argument(
+        "--dry-run", action="store_true", help="print what would be applied, change nothing"
+    )
+    replay.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka, for the schemas topic (KAFKA_BOOTSTRAP_SERVERS)",
+    )
+
+
+def _since(text: str) -> Any:
+    from lakehouse_writer.ops.replay import parse_since
+
+    try:
+        return parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _ui_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -257,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``run``: 1 failed, 2 bad settings. ``status``: 0 healthy, 1 failed or a table stopped,
     2 bad settings, 3 no status yet. ``resume-table``: 0 resumed, 1 refused, 2 bad settings.
-    ``maintain``: 0 every table done, 1 a table failed (named), 2 bad settings. ``ui``: 0
+    ``maintain``: 0 every table done, 1 a table failed (named), 2 bad settings.
+    ``replay-rejected``: 0 done, 1 refused or failed, 2 bad arguments or settings. ``ui``: 0
     stopped by a signal, 1 cannot listen, 2 bad settings (no authentication beyond loopback).
     """
     from lakehouse_writer.errors import WriterFailed
@@ -408,9 +448,10 @@ def _ui(args: argparse.Namespace, settings: LakehouseSettings, session: Any) -> 
 
 
 def admin_command(args: argparse.Namespace) -> int:
-    """``status``, ``resume-table``, ``maintain`` or ``ui``; returns the exit code."""
+    """``status``, ``resume-table``, ``maintain``, ``replay-rejected`` or ``ui``: exit code."""
     from lakehouse_writer.errors import LakehouseWriterError
     from lakehouse_writer.ops.admin import resume_command, status_command
+    from lakehouse_writer.ops.replay import replay_command
     from lakehouse_writer.settings import LakehouseSettings
     from lakehouse_writer.tables.maintain import maintain_command
 
@@ -427,6 +468,8 @@ def admin_command(args: argparse.Namespace) -> int:
             )
         if args.command == "status":
             return status_command(settings, session, as_json=args.json)
+        if args.command == "replay-rejected":
+            return replay_command(settings, session, args.table, args.since, args.dry_run)
         return resume_command(settings, session, args.table, args.force)
     except ConfigError as exc:
         say_error("lakehouse-writer", str(exc))
