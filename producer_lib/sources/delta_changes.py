@@ -392,7 +392,7 @@ def _vector_rows(
         "version": version,
         "stamp": stamp,
     }
-    return connection.execute(sql, params).fetch_arrow_table()
+    return connection.execute(sql, params).to_arrow_table()
 
 
 def _ident(name: str) -> str:
