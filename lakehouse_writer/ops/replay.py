@@ -27,8 +27,6 @@ committed, then marks them. A row marked ``applied`` is never selected again.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,8 +77,6 @@ REPLAYED_DDL = (
 )
 _WHERE = ("topic", "partition", "offset")
 _ALIVE_S = 3 * HEARTBEAT_S
-# Tests only: SIGKILL the replay between its table writes and its marking (kill point).
-KILL_AFTER_APPLY_VARIABLE = "LAKEHOUSE_TEST_REPLAY_KILL_AFTER_APPLY"
 
 
 class ReplayRefused(LakehouseWriterError):
@@ -184,7 +180,6 @@ def _replay(
     _append_replayed(spark, lake, replay_id, {at: (t, PLANNED, None) for at, t in planned.items()})
     results = _apply(spark, settings, lake, decoded, replay_id)
     failing.update(_rule_failures(results, planned))
-    _kill_point()
     _write_reasons(spark, lake, replay_id, failing, planned)
     outcomes = {at: (t, *failing.get(at, (APPLIED, None))) for at, t in planned.items()}
     _append_replayed(spark, lake, replay_id, outcomes)  # the replay is done
@@ -433,13 +428,6 @@ def _rule_failures(
                 if at in planned:
                     found[at] = (FAILING, r["error"])
     return found
-
-
-def _kill_point() -> None:
-    """Tests: die here, between the table writes and the marking, as ``kill -9`` would."""
-    if os.environ.get(KILL_AFTER_APPLY_VARIABLE) == "1":
-        log.warning("replay killed after apply (%s)", KILL_AFTER_APPLY_VARIABLE)
-        os.kill(os.getpid(), signal.SIGKILL)  # the JVM ends as its stdin closes
 
 
 # -- 3. reasons, 4. mark -------------------------------------------------------------------------
