@@ -14,6 +14,9 @@ read yet have used half of their topic's retention (before Kafka deletes them);
 :class:`~lakehouse_writer.ops.history.History` keeps the last hour of lag and throughput per
 topic in the checkpoint, for the status page (``lakehouse-writer ui``).
 
+With the OpenLineage client's variables set (``OPENLINEAGE_URL``, ...): the run's OpenLineage
+events, topics in and tables out (:mod:`lakehouse_writer.ops.lineage`).
+
 :func:`watching` starts what the settings ask for around a run and stops it after.
 """
 
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 from lakehouse_writer.engines import ids
 from lakehouse_writer.ops.expiry import ExpiryWatch
 from lakehouse_writer.ops.history import History
+from lakehouse_writer.ops.lineage import writer_lineage
 from lakehouse_writer.ops.metrics import MetricsServer, WriterMetrics
 from lakehouse_writer.ops.monitor import MonitorGroup, default_group
 from lakehouse_writer.runtime.status import StatusObserver, observed
@@ -85,5 +89,8 @@ def watching(settings: LakehouseSettings) -> Iterator[WriterMetrics | None]:
         history = History(settings.checkpoint_path)
         stack.callback(history.save)
         observers.append(history)
+        lineage = writer_lineage(settings, lambda: ids.instance_id(settings.checkpoint_path))
+        if lineage is not None:  # OPENLINEAGE_* set: docs/LINEAGE.md
+            observers.append(lineage)
         stack.enter_context(observed(*observers))
         yield metrics
