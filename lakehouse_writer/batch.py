@@ -110,7 +110,7 @@ class BatchProcessor:
             settings.lineage_topic,
             settings.schemas_topic,
         }
-        tables = TableManager(spark, lake, settings.deletion_vectors)
+        tables = TableManager(spark, lake, settings.reader_policy)
         self._catalog = SchemaCatalog(
             settings.kafka_client_conf(), settings.schemas_topic, settings.registry
         )

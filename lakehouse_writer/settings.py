@@ -20,7 +20,14 @@ from typing import Any, ClassVar
 
 from pydantic import AliasChoices, Field, PrivateAttr, field_validator
 
+from lakehouse_writer.tables.features import (
+    FeatureConflict,
+    ReaderPolicy,
+    parse_readers,
+    reader_policy,
+)
 from lakehouse_writer.tables.retention import MaintainSettings
+from producer_lib.errors import ConfigError
 from producer_lib.settings import EnvSettings, KafkaSettings, SchemaRegistrySettings
 from producer_lib.settings.base import blank_is_unset
 
@@ -68,12 +75,18 @@ class LakehouseSettings(EnvSettings):
             consumer instead of a Spark job (:mod:`lakehouse_writer.read.driver_read`;
             ``LAKEHOUSE_DRIVER_READ_ROWS``): what the driver's Python process holds of the
             batch at once. 0: never.
+        readers: Who must read the tables (``LAKEHOUSE_READERS``): one or more of
+            ``fabric``, ``databricks``, ``open``, comma-separated; the writer then gives
+            tables only the Delta reader features all of them read, and stops a table that
+            would need another (:mod:`lakehouse_writer.tables.features`, ``docs/TABLES.md``
+            "Reader profiles"). Unset: every feature the writer's Delta has.
         deletion_vectors: Create new tables with deletion vectors
-            (``LAKEHOUSE_DELETION_VECTORS``, default on): a MERGE or DELETE then marks rows
-            deleted instead of rewriting their files. Off for readers that cannot apply them
-            (``docs/TABLES.md``). Tables that exist keep the features they have: turning it
-            off does not take deletion vectors out of a table created with them (``ALTER
-            TABLE ... DROP FEATURE deletionVectors`` does).
+            (``LAKEHOUSE_DELETION_VECTORS``; unset: on unless ``LAKEHOUSE_READERS`` names a
+            reader that cannot apply them): a MERGE or DELETE then marks rows deleted instead
+            of rewriting their files. ``true`` with such a reader is refused at start. Tables
+            that exist keep the features they have: turning it off does not take deletion
+            vectors out of a table created with them (``ALTER TABLE ... DROP FEATURE
+            deletionVectors`` does).
         schemas_topic: The schema catalog topic (``_flow_schemas``; ``LAKEHOUSE_SCHEMAS_TOPIC``
             or the producer's ``FLOW_SCHEMAS_TOPIC``). Its old name ``_schemas`` is read for
             schemas the catalog lacks.
@@ -127,7 +140,8 @@ class LakehouseSettings(EnvSettings):
     )
     small_merge_rows: int = Field(200_000, ge=0, validation_alias="LAKEHOUSE_SMALL_MERGE_ROWS")
     driver_read_rows: int = Field(500_000, ge=0, validation_alias="LAKEHOUSE_DRIVER_READ_ROWS")
-    deletion_vectors: bool = Field(True, validation_alias="LAKEHOUSE_DELETION_VECTORS")
+    readers: str = Field("", validation_alias="LAKEHOUSE_READERS")
+    deletion_vectors: bool | None = Field(None, validation_alias="LAKEHOUSE_DELETION_VECTORS")
     schemas_topic: str = Field(
         "_flow_schemas",
         validation_alias=AliasChoices("LAKEHOUSE_SCHEMAS_TOPIC", "FLOW_SCHEMAS_TOPIC"),
@@ -176,6 +190,7 @@ class LakehouseSettings(EnvSettings):
         "gdpr_completion_hours",
         "small_file_bytes",
         "compact_min_files",
+        "deletion_vectors",
         "schemas_topic",  # FLOW_SCHEMAS_TOPIC= means _flow_schemas, as on the producer's side
         mode="before",
     )(blank_is_unset)
@@ -189,6 +204,7 @@ class LakehouseSettings(EnvSettings):
         return str(Path(path).resolve())
 
     _registry: SchemaRegistrySettings = PrivateAttr()
+    _readers: ReaderPolicy = PrivateAttr()
 
     def __init__(self, kafka: KafkaSettings | None = None, **values: Any) -> None:
         """Read the settings; ``values`` win over the environment.
@@ -207,6 +223,18 @@ class LakehouseSettings(EnvSettings):
         )
         url = self.schema_registry_url
         self._registry = SchemaRegistrySettings(url=url) if url else SchemaRegistrySettings()
+        try:
+            self._readers = reader_policy(parse_readers(self.readers), self.deletion_vectors)
+        except FeatureConflict as exc:  # a setting the readers refuse: refused at start
+            raise ConfigError(str(exc)) from exc
+
+    @property
+    def reader_policy(self) -> ReaderPolicy:
+        """The table features the readers of ``LAKEHOUSE_READERS`` allow.
+
+        Deletion vectors as ``LAKEHOUSE_DELETION_VECTORS`` says, checked against them.
+        """
+        return self._readers
 
     @property
     def kafka(self) -> KafkaSettings:

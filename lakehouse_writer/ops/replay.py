@@ -152,7 +152,7 @@ def replay_rejected(
     if dry_run:
         return _dry_run(rows, catalog, summary)
     stopped = _stopped(spark, lake, settings.checkpoint_path)
-    tables = TableManager(spark, lake, settings.deletion_vectors)
+    tables = TableManager(spark, lake, settings.reader_policy)
     decoded = decode_batch(rows, catalog, tables, stopped, _headers(rows))
     try:
         outcomes = _replay(spark, settings, lake, replay_id, decoded)

@@ -10,10 +10,13 @@ when such a column is added later. Only then: mapping renames every column of ev
 (0.5-0.8 s of a 2.5-3 s append of a million rows, measured here).
 
 Created from the value schema on first sight with column comments, NOT NULL where the schema
-says so, the Change Data Feed, deletion vectors (unless ``LAKEHOUSE_DELETION_VECTORS=false``:
-for readers that cannot apply them; a table keeps the features it was created with), and the
-governance metadata as ``flow.*`` table properties. Which features a table can gain, and which
-readers read them: ``docs/TABLES.md``.
+says so, the Change Data Feed, deletion vectors (unless the readers cannot apply them or
+``LAKEHOUSE_DELETION_VECTORS=false``; a table keeps the features it was created with), and the
+governance metadata as ``flow.*`` table properties. A table gains a reader feature (column
+mapping, type widening, ``TIMESTAMP_NTZ``) only when the readers of ``LAKEHOUSE_READERS`` read
+it (:class:`~lakehouse_writer.tables.features.ReaderPolicy`); otherwise the table stops with
+the feature and the readers named. Which features a table can gain, and which readers read
+them: ``docs/TABLES.md``.
 
 Delta collects file statistics (data skipping) for the payload columns — the first 32 of a
 type that has them, as Delta's default does for the first 32 columns — and
@@ -39,6 +42,8 @@ from lakehouse_writer.errors import SchemaEvolutionError, TableNameError
 from lakehouse_writer.runtime.lines import current_line, latest_snapshot, widens
 from lakehouse_writer.runtime.session import quote_name
 from lakehouse_writer.runtime.storage import is_local, local_path
+from lakehouse_writer.tables import features
+from lakehouse_writer.tables.features import ReaderPolicy, reader_policy
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
 from producer_lib.schema.names import path_segment, table_name_problem
 from producer_lib.schema.types import AvroField
@@ -54,10 +59,11 @@ log = logging.getLogger(__name__)
 # The table features every table starts with, and no others (a table gains column mapping
 # when a name needs it and type widening when a column first widens: docs/TABLES.md).
 BASE_PROPERTIES: dict[str, str] = {"delta.enableChangeDataFeed": "true"}
-# Deletion vectors keep MERGE/DELETE cheap (no file rewrite); on unless the writer is told
-# otherwise (LAKEHOUSE_DELETION_VECTORS=false), for readers that cannot apply them. Off is
-# set as "false", not left out: Databricks workspaces may turn them on for new tables.
+# Deletion vectors keep MERGE/DELETE cheap (no file rewrite); on unless the readers cannot
+# apply them (LAKEHOUSE_READERS) or the writer is told otherwise. Off is set as "false", not
+# left out: Databricks workspaces may turn them on for new tables.
 DELETION_VECTORS = "delta.enableDeletionVectors"
+EVERY_FEATURE = reader_policy(())  # no LAKEHOUSE_READERS: every feature the writer's Delta has
 TYPE_WIDENING = "delta.enableTypeWidening"
 # Governance properties of the value schema -> Delta table property keys.
 GOVERNANCE_PROPERTIES: dict[str, str] = {
@@ -202,15 +208,15 @@ def spark_type(ddl: str) -> DataType:
     return _parse_datatype_string(ddl)
 
 
-def table_properties(schema: ValueSchema, deletion_vectors: bool = True) -> dict[str, str]:
+def table_properties(schema: ValueSchema, policy: ReaderPolicy = EVERY_FEATURE) -> dict[str, str]:
     """Table properties of a new table: the fixed features plus governance metadata.
 
     Args:
         schema: The table's value schema.
-        deletion_vectors: Create the table with deletion vectors.
+        policy: The features the tables' readers allow (deletion vectors or not).
     """
     props = dict(BASE_PROPERTIES)
-    props[DELETION_VECTORS] = "true" if deletion_vectors else "false"
+    props.update(policy.creation_properties())
     props[STATS_COLUMNS_PROPERTY] = stats_columns(
         (f.name, spark_type(f.type.to_spark()).simpleString()) for f in schema_fields(schema)
     )
@@ -238,14 +244,17 @@ class TableManager:
     Args:
         spark: The session.
         lakehouse: Root path of the tables.
-        deletion_vectors: Create new tables with deletion vectors
-            (``LakehouseSettings.deletion_vectors``); tables that exist keep what they have.
+        policy: The reader features tables may have (``LakehouseSettings.reader_policy``):
+            whether new tables get deletion vectors, and which features a table may gain;
+            tables that exist keep what they have.
     """
 
-    def __init__(self, spark: SparkSession, lakehouse: str, deletion_vectors: bool = True) -> None:
+    def __init__(
+        self, spark: SparkSession, lakehouse: str, policy: ReaderPolicy = EVERY_FEATURE
+    ) -> None:
         self._spark = spark
         self._lakehouse = lakehouse
-        self._deletion_vectors = deletion_vectors
+        self._policy = policy
         self._checked: dict[tuple[TableRef, str], TableInfo] = {}
         self._created: set[TableRef] = set()
         self._lock = threading.Lock()  # guards the lock per table
@@ -264,7 +273,7 @@ class TableManager:
             if cache_key not in self._checked:
                 path = ref.path(self._lakehouse)
                 if _is_delta(self._spark, path):
-                    _evolve(self._spark, path, schema, ref)
+                    _evolve(self._spark, path, schema, ref, self._policy)
                 else:
                     self._create(ref, path, schema)
                 self._checked[cache_key] = self._info(ref, path)
@@ -279,6 +288,10 @@ class TableManager:
         """
         ref = TableRef.of(schema)
         if table_name_problem(ref.namespace, ref.name) is not None:
+            return False  # its rows stop the table (ensure)
+        try:
+            _check_creation(schema, ref, self._policy)
+        except SchemaEvolutionError:
             return False  # its rows stop the table (ensure)
         path = ref.path(self._lakehouse)
         with self._lock_of(ref):
@@ -308,7 +321,8 @@ class TableManager:
             return self._locks.setdefault(ref, threading.Lock())
 
     def _create(self, ref: TableRef, path: str, schema: ValueSchema) -> None:
-        _create(self._spark, path, schema, self._deletion_vectors)
+        _check_creation(schema, ref, self._policy)
+        _create(self._spark, path, schema, self._policy)
         self._created.add(ref)
 
     def _info(self, ref: TableRef, path: str) -> TableInfo:
@@ -423,22 +437,44 @@ def _is_delta(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def _create(spark: SparkSession, path: str, schema: ValueSchema, deletion_vectors: bool) -> None:
+def _check_creation(schema: ValueSchema, ref: TableRef, policy: ReaderPolicy) -> None:
+    """Raise when a table of ``schema`` needs a reader feature its readers refuse.
+
+    Raises:
+        SchemaEvolutionError: A name needs column mapping, or a column is ``TIMESTAMP_NTZ``,
+            and a reader of ``LAKEHOUSE_READERS`` cannot read that.
+    """
+    fields = schema_fields(schema)
+    mapped = [f.name for f in fields if needs_column_mapping([f.name])]
+    if mapped:
+        policy.require(features.COLUMN_MAPPING, ref.qualified, columns=", ".join(mapped))
+    _check_ntz(fields, ref, policy)
+
+
+def _check_ntz(fields: Iterable[AvroField], ref: TableRef, policy: ReaderPolicy) -> None:
+    ntz = [
+        f.name for f in fields if spark_type(f.type.to_spark()).simpleString() == "timestamp_ntz"
+    ]
+    if ntz:
+        policy.require(features.TIMESTAMP_NTZ, ref.qualified, columns=", ".join(ntz))
+
+
+def _create(spark: SparkSession, path: str, schema: ValueSchema, policy: ReaderPolicy) -> None:
     from lakehouse_writer.tables.unborn import clear_unborn_log
 
     clear_unborn_log(spark, path)  # a creation killed before its first commit blocks Delta
-    spark.sql(create_table_sql(path, schema, deletion_vectors))
+    spark.sql(create_table_sql(path, schema, policy))
     log.info(
         "table created table=%s path=%s keys=%s deletion_vectors=%s cluster_by=%s",
         schema.name,
         path,
         list(schema.pks),
-        deletion_vectors,
+        policy.deletion_vectors,
         list(schema.cluster_columns),
     )
 
 
-def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = True) -> str:
+def create_table_sql(path: str, schema: ValueSchema, policy: ReaderPolicy = EVERY_FEATURE) -> str:
     """The ``CREATE TABLE IF NOT EXISTS`` of the table of ``schema`` at ``path``.
 
     The same commit as Delta's ``DeltaTable.createIfNotExists`` builder (schema, comments,
@@ -460,7 +496,7 @@ def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = Tr
     comment = f" COMMENT '{_sql_str(schema.doc)}'" if schema.doc else ""
     properties = ", ".join(
         f"'{_sql_str(key)}' = '{_sql_str(value)}'"
-        for key, value in table_properties(schema, deletion_vectors).items()
+        for key, value in table_properties(schema, policy).items()
     )
     return (
         f"CREATE TABLE IF NOT EXISTS delta.{quote_name(path)} ({columns}) USING delta"
@@ -468,14 +504,19 @@ def create_table_sql(path: str, schema: ValueSchema, deletion_vectors: bool = Tr
     )
 
 
-def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) -> None:
+def _evolve(
+    spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef, policy: ReaderPolicy
+) -> None:
     properties, current = table_metadata(spark, path)
     _check_keys(properties, schema, ref)
     by_name = {f.name.casefold(): f for f in current.fields}
     target = f"delta.{quote_name(path)}"
-    added = [f.name for f in schema_fields(schema) if f.name.casefold() not in by_name]
+    new_fields = [f for f in schema_fields(schema) if f.name.casefold() not in by_name]
+    added = [f.name for f in new_fields]
     mapped = properties.get(COLUMN_MAPPING_MODE) == COLUMN_MAPPING[COLUMN_MAPPING_MODE]
+    _check_ntz(new_fields, ref, policy)
     if needs_column_mapping(added) and not mapped:
+        policy.require(features.COLUMN_MAPPING, ref.qualified, columns=", ".join(added))
         props = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({props})")
         log.info("column mapping turned on table=%s columns=%s", ref.qualified, added)
@@ -487,7 +528,7 @@ def _evolve(spark: SparkSession, path: str, schema: ValueSchema, ref: TableRef) 
             _add_column(spark, target, item, ref)
             columns.append((item.name, new_type.simpleString()))
         else:
-            _change_column(spark, target, old.name, old.dataType, new_type, ref, properties)
+            _change_column(spark, target, old.name, old.dataType, new_type, ref, properties, policy)
             if not old.nullable and item.nullable:
                 spark.sql(f"ALTER TABLE {target} ALTER COLUMN {quote_name(old.name)} DROP NOT NULL")
                 log.info("column made nullable table=%s column=%s", ref.qualified, old.name)
@@ -548,6 +589,7 @@ def _change_column(
     new: DataType,
     ref: TableRef,
     properties: dict[str, str],
+    policy: ReaderPolicy,
 ) -> None:
     if old == new or can_widen(new, old):
         return  # the table already holds every value of the new type
@@ -560,8 +602,8 @@ def _change_column(
             table_type=old.simpleString(),
             new_type=new.simpleString(),
         )
+    line = current_line()
     if not widens(old.simpleString(), new.simpleString()):
-        line = current_line()
         raise SchemaEvolutionError(
             f"Delta {line.delta} (the Spark {line.spark} line) cannot widen this column: its "
             f"{line.type_widening} feature widens byte<short<int only; reload into a new "
@@ -572,6 +614,13 @@ def _change_column(
             new_type=new.simpleString(),
         )
     if properties.get(TYPE_WIDENING) != "true":  # the table's first widening
+        policy.require(
+            line.type_widening,
+            ref.qualified,
+            column=name,
+            table_type=old.simpleString(),
+            new_type=new.simpleString(),
+        )
         spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
         properties[TYPE_WIDENING] = "true"
         log.info("type widening turned on table=%s column=%s", ref.qualified, name)

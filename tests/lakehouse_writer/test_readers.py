@@ -7,6 +7,11 @@ merges through Spark so the tables hold deletion vectors), ``nodv`` with
 row for row with Spark's read, or, where the reader cannot read a table feature, the reader's
 refusal is asserted: the reader matrix of docs/TABLES.md, for the versions pinned in
 constraints.txt (deltalake 1.6.6, polars 2.1.0, DuckDB and its delta extension 1.5.5).
+
+Two more lakehouses take the same rows under a reader profile (``LAKEHOUSE_READERS=fabric``,
+``=open``; one run each): their tables carry only the features the profile's readers read,
+the tables that would need more are stopped with the feature named, and the ``open`` tables
+are read by every reader here as Spark reads them.
 """
 
 from __future__ import annotations
@@ -64,6 +69,11 @@ REFUSES = {
 # ones (``col-<uuid>``). Silent: the rows are all there.
 READS_AS_NULLS = {"deltalake": {"columnMapping"}}
 LAKE_TABLES = [(lake, name) for lake, names in TABLES.items() for name in names]
+# The lakehouses written under a reader profile: the tables it stops, and the feature named.
+PROFILE_STOPS = {
+    "fabric": {"SHOP.WIDE": "typeWidening"},
+    "open": {"SHOP.WIDE": "typeWidening", "SAP BW./BIC/AZMAP": "columnMapping"},
+}
 
 
 # -- the writer's tables --------------------------------------------------------------------
@@ -263,7 +273,10 @@ def lakes(spark, kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[dic
             **env,
         )
         _run_writer(root / "nodv", data, kafka_bootstrap, LAKEHOUSE_DELETION_VECTORS="false", **env)
-        yield {"dv": root / "dv", "nodv": root / "nodv"}
+        for profile in PROFILE_STOPS:
+            every = [*data, topics["wide"], topics["wide2"]]
+            _run_writer(root / profile, every, kafka_bootstrap, LAKEHOUSE_READERS=profile, **env)
+        yield {name: root / name for name in ("dv", "nodv", *PROFILE_STOPS)}
     finally:
         for future in kafka_admin.delete_topics(list(topics.values())).values():
             future.result(timeout=30)
@@ -373,7 +386,7 @@ def test_the_tables_hold_deletion_vectors_and_a_widened_column(lakes, spark):
     assert deletion_vectors(lakes["dv"] / ORDERS) and deletion_vectors(lakes["dv"] / MAPPED)
     ids = {r.ID for r in spark.read.format("delta").load(str(lakes["dv"] / ORDERS)).collect()}
     assert ids == {1, 4, 8, 9, 10, 50}  # I U D A X P B G T R all applied
-    for lake in lakes.values():  # mapped names, written by Spark and by delta-rs
+    for lake in (lakes["dv"], lakes["nodv"]):  # mapped names, written by Spark and delta-rs
         mapped = spark.read.format("delta").load(str(lake / MAPPED)).collect()
         assert sorted((r["ORDER NO"], r["Größe"]) for r in mapped) == [
             (1, "XL1"),
@@ -414,6 +427,29 @@ def _assert_refused(reader: str, path: str, features: set[str]) -> None:
     assert any(f.lower() in message for f in features), message
 
 
+@pytest.mark.parametrize("profile", list(PROFILE_STOPS))
+def test_a_reader_profile_gives_tables_only_what_its_readers_read(lakes, spark, capsys, profile):
+    from lakehouse_writer.tables.features import parse_readers, reader_policy
+
+    lake = lakes[profile]
+    allowed = reader_policy(parse_readers(profile)).allowed
+    tables = sorted(str(p.parent.relative_to(lake)) for p in lake.rglob("_delta_log"))
+    assert ORDERS in tables and (MAPPED in tables) is (profile == "fabric")
+    for name in tables:
+        assert _features(str(lake / name)) <= allowed, name
+    capsys.readouterr()
+    assert main(["status", "--lakehouse", str(lake), "--checkpoint", f"{lake}_checkpoint"]) == 1
+    report = capsys.readouterr().out
+    for table, feature in PROFILE_STOPS[profile].items():
+        line = next((x for x in report.splitlines() if f"{table}:" in x), "")
+        assert feature in line and profile in line, (table, report)
+    if profile == "open":  # every reader here reads every table as Spark does
+        for name in tables:
+            expected = _rows(_spark(spark)(str(lake / name)))
+            for reader, read in READERS.items():
+                assert _rows(read(str(lake / name))) == expected, (name, reader)
+
+
 def test_dropping_the_features_makes_an_existing_table_readable_by_all(lakes, spark, tmp_path):
     path = str(tmp_path / "WIDE")
     shutil.copytree(lakes["dv"] / WIDE, path)
@@ -425,19 +461,33 @@ def test_dropping_the_features_makes_an_existing_table_readable_by_all(lakes, sp
         assert _rows(reader(path)) == expected
 
 
+def test_a_profile_refuses_a_setting_its_readers_cannot_read():
+    from lakehouse_writer.settings import LakehouseSettings
+    from producer_lib.errors import ConfigError
+
+    assert LakehouseSettings(LAKEHOUSE_READERS="open").reader_policy.deletion_vectors is False
+    with pytest.raises(ConfigError, match="LAKEHOUSE_DELETION_VECTORS=true.*readers open"):
+        LakehouseSettings(LAKEHOUSE_READERS="fabric,open", LAKEHOUSE_DELETION_VECTORS="true")
+    with pytest.raises(ConfigError, match="unknown readers"):
+        LakehouseSettings(LAKEHOUSE_READERS="synapse")
+
+
 def test_the_switch_is_a_setting_named_by_its_variable():
     from lakehouse_writer.settings import LakehouseSettings
     from producer_lib.errors import ConfigError
 
-    assert LakehouseSettings().deletion_vectors is True
-    assert LakehouseSettings(LAKEHOUSE_DELETION_VECTORS="false").deletion_vectors is False
+    assert LakehouseSettings().reader_policy.deletion_vectors is True
+    off = LakehouseSettings(LAKEHOUSE_DELETION_VECTORS="false")
+    assert off.reader_policy.deletion_vectors is False
     with pytest.raises(ConfigError, match="LAKEHOUSE_DELETION_VECTORS"):
         LakehouseSettings(LAKEHOUSE_DELETION_VECTORS="sometimes")
 
 
 def test_off_is_written_as_false_not_left_to_the_platform(spark):
+    from lakehouse_writer.tables.features import reader_policy
     from lakehouse_writer.tables.manager import table_properties
 
     # a Databricks workspace may turn deletion vectors on for tables that do not say "false"
     assert table_properties(_orders())["delta.enableDeletionVectors"] == "true"
-    assert table_properties(_orders(), False)["delta.enableDeletionVectors"] == "false"
+    off = reader_policy((), deletion_vectors=False)
+    assert table_properties(_orders(), off)["delta.enableDeletionVectors"] == "false"

@@ -9,6 +9,7 @@ import pytest
 
 from lakehouse_writer.engines.spark.engine import upserts as conform
 from lakehouse_writer.errors import SchemaEvolutionError
+from lakehouse_writer.tables.features import reader_policy
 from lakehouse_writer.tables.manager import TableManager, TableRef, path_segment, spark_type
 from producer_lib.schema import AvroInt, AvroLong, AvroNVarchar, AvroShort, ValueSchema
 
@@ -191,7 +192,7 @@ def _created_by_delta_s_builder(
         builder = builder.addColumn(
             item.name, item.type.to_spark(), item.nullable, comment=item.doc
         )
-    for key, value in table_properties(schema, deletion_vectors).items():
+    for key, value in table_properties(schema, reader_policy((), deletion_vectors)).items():
         builder = builder.property(key, value)
     if schema.cluster_columns:
         builder = builder.clusterBy(*schema.cluster_columns)
@@ -210,7 +211,8 @@ def test_a_table_is_created_as_delta_s_builder_creates_it_and_keeps_dollar_brace
     schema.set_repo_url(f"https://git.example.com/{text}")
     if deletion_vectors:
         schema.set_cluster_columns("ID")  # the builder refuses "REVENUE$": see below
-    info = TableManager(spark, str(tmp_path / "sql"), deletion_vectors).ensure(schema)
+    policy = reader_policy((), deletion_vectors)
+    info = TableManager(spark, str(tmp_path / "sql"), policy).ensure(schema)
     builder_path = str(tmp_path / "builder")
     _created_by_delta_s_builder(spark, builder_path, schema, deletion_vectors)
     ours, delta_s = _version_zero(info.path), _version_zero(builder_path)
