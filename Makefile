@@ -45,8 +45,10 @@ postgres:
 browser-tools:
 	scripts/install-browser-tools.sh
 
+# Every test's time (setup, call and teardown) lands in build/test-report.xml (JUnit XML), for
+# finding where the suite's minutes go; the 25 slowest are printed.
 test: jars postgres browser-tools
-	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
 
 # The whole suite as two pytest runs side by side on one broker (tests/shards.py).
 test-parallel: jars postgres browser-tools
