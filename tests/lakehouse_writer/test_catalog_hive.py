@@ -93,7 +93,8 @@ def test_a_writer_registers_its_tables_and_another_process_finds_them_by_name(
 
     reader = subprocess.run(
         [sys.executable, "-m", "tests.support.catalog_reader", str(meta)],
-        cwd=ROOT,
+        cwd=work,  # Derby writes derby.log where it runs
+        env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=300,
