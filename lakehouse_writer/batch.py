@@ -121,6 +121,7 @@ class BatchProcessor:
             else None
         )
         if self._names is not None:  # tables made before the catalog was configured
+            self._names.check()
             log.info(
                 "tables registered at start catalog=%s tables=%d",
                 settings.catalog,

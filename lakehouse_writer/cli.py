@@ -50,8 +50,6 @@ __all__ = ["jvm_logging", "main", "run_command"]
 
 log = logging.getLogger(__name__)
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-# LAKEHOUSE_CATALOG=spark_catalog: Spark's in-memory catalog would forget every name at exit.
-HIVE_SUPPORT = ("spark.sql.catalogImplementation", "hive")
 
 
 _DESCRIPTION = """\
@@ -405,12 +403,12 @@ def start_session(
         check_connectors,
         resolve_master,
     )
-    from lakehouse_writer.tables.catalog import SESSION_CATALOG
+    from lakehouse_writer.tables.catalog import CATALOG_IMPLEMENTATION, SESSION_CATALOG
 
     master = resolve_master(args.master, configured=settings.spark_master if settings else None)
     conf = dict(args.conf)
     if master is not None and settings is not None and settings.catalog == SESSION_CATALOG:
-        conf.setdefault(HIVE_SUPPORT[0], HIVE_SUPPORT[1])  # a metastore that outlives the run
+        conf.setdefault(CATALOG_IMPLEMENTATION, "hive")  # in-memory names die with the run
     if master is not None:
         conf.update(jvm_logging(LogSettings(), logging.getLogger().getEffectiveLevel(), conf))
     continuous = args.command == "run" and not getattr(args, "once", False)  # watchable: UI on

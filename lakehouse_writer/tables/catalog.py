@@ -63,6 +63,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SESSION_CATALOG = "spark_catalog"  # Spark's own catalog: two-level names
+CATALOG_IMPLEMENTATION = "spark.sql.catalogImplementation"  # static: set when the JVM starts
 SYSTEM_PREFIX = "_"  # system tables sit at <lakehouse>/_name
 _NOT_ALLOWED = re.compile(r"[^a-z0-9_]")  # Spark's session catalog: letters, digits and _
 
@@ -166,6 +167,23 @@ class TableCatalog:
             return CatalogName.of(self._catalog, self._system, table)
         namespace, _, name = table.rpartition(".")
         return CatalogName.of(self._catalog, namespace, name)
+
+    def check(self) -> None:
+        """Raise unless names registered in the catalog outlive this session.
+
+        Raises:
+            CatalogError: The catalog is ``spark_catalog`` and the session's is Spark's
+                in-memory one (no Hive support): every name would be gone at exit.
+        """
+        implementation = self._spark.conf.get(CATALOG_IMPLEMENTATION, "in-memory")
+        if self._catalog == SESSION_CATALOG and implementation == "in-memory":
+            raise CatalogError(
+                "the session's catalog is Spark's in-memory one: names registered there are "
+                "gone when the writer exits. Give the session Hive support "
+                f"({CATALOG_IMPLEMENTATION}=hive and the metastore's settings; a session the "
+                "writer starts gets it unless --conf says otherwise), or name another catalog",
+                catalog=self._catalog,
+            )
 
     def register_found(self) -> int:
         """Register every table under the lakehouse root not registered yet; how many looked at.

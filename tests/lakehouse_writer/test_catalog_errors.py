@@ -44,3 +44,11 @@ def test_two_tables_folding_to_one_name_and_an_unknown_catalog_are_errors(spark,
     assert "could not be registered" in str(refused.value)
     assert "catalog='no_such_catalog'" in str(refused.value)
     assert f"table='{namespace}.A$B'" in str(refused.value)
+
+
+def test_the_in_memory_session_catalog_is_refused_at_start(spark, tmp_path):
+    in_memory = TableCatalog(spark, "spark_catalog", "lakehouse_system", str(tmp_path))
+    assert spark.conf.get("spark.sql.catalogImplementation") == "in-memory"
+    with pytest.raises(CatalogError, match="in-memory one: names registered there are gone"):
+        in_memory.check()
+    TableCatalog(spark, "main", "lakehouse_system", str(tmp_path)).check()  # not its business
