@@ -41,6 +41,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.runtime.session import quote_name
@@ -126,11 +127,12 @@ def register_sql(name: CatalogName, path: str) -> str:
 def same_location(registered: str, path: str) -> bool:
     """True when the catalog's location ``registered`` is the table's ``path``.
 
-    The catalog qualifies a local path (``file:/lake/t`` for ``/lake/t``).
+    The catalog qualifies a local path (``file:/lake/t`` for ``/lake/t``) and may show it as
+    a URI (``%20`` for a space).
     """
 
     def plain(text: str) -> str:
-        text = text.rstrip("/")
+        text = unquote(text.rstrip("/"))
         return (
             text.removeprefix("file://")
             if text.startswith("file:///")

@@ -61,9 +61,10 @@ def test_a_location_is_quoted_as_a_literal() -> None:
         ("file:/lake/SHOP/ORDERS", "/lake/SHOP/ORDERS", True),
         ("file:///lake/SHOP/ORDERS", "/lake/SHOP/ORDERS/", True),
         ("abfss://c@a/lake/T", "abfss://c@a/lake/T", True),
+        ("file:/lake/SHOP/A%20B", "/lake/SHOP/A B", True),
         ("file:/lake/SHOP/A_B", "/lake/SHOP/A$B", False),
     ],
-    ids=["file-uri", "triple-slash", "remote", "another-table"],
+    ids=["file-uri", "triple-slash", "remote", "uri-escaped", "another-table"],
 )
 def test_a_registered_location_is_compared_without_its_scheme(
     registered: str, path: str, same: bool
