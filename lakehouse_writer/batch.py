@@ -10,8 +10,10 @@ the query). :meth:`BatchProcessor._process` is the batch:
 3. **tables** (:class:`~lakehouse_writer.route.tables_step.TablesStep`): the rows decoded,
    each table routed to an engine and applied by the same rules;
 4. **system tables**: ``_rejected``, ``_execution_log``, ``_lineage``, ``_commits``;
-5. **state** (:class:`~lakehouse_writer.commit.state.StateStore`): last, so a batch the state
-   holds is a batch whose every write happened; a replay of it is skipped.
+5. **state** (:class:`~lakehouse_writer.commit.state.StateStore`): so a batch the state
+   holds is a batch whose every write happened; a replay of it is skipped;
+6. **catalog** (:class:`~lakehouse_writer.tables.catalog.TableCatalog`, with
+   ``LAKEHOUSE_CATALOG`` only): the tables created since registered by name.
 
 Every write is idempotent per batch id. What is built around this path to make it fast —
 tables made while the scan runs, a reload written in the pass that reads it, small tables
@@ -51,6 +53,7 @@ from lakehouse_writer.route.router import Router
 from lakehouse_writer.route.tables_step import Applied, TablesStep
 from lakehouse_writer.runtime.failure import Failure, secrets_of
 from lakehouse_writer.runtime.status import BatchStats, write_status
+from lakehouse_writer.tables.catalog import TableCatalog
 from lakehouse_writer.tables.manager import TableManager
 from lakehouse_writer.tables.scheduled import ScheduledMaintenance
 from producer_lib.timing import Steps
@@ -111,6 +114,19 @@ class BatchProcessor:
             settings.schemas_topic,
         }
         tables = TableManager(spark, lake, settings.reader_policy)
+        self._table_manager = tables
+        self._names = (
+            TableCatalog(spark, settings.catalog, settings.catalog_system_namespace, lake)
+            if settings.catalog
+            else None
+        )
+        if self._names is not None:  # tables made before the catalog was configured
+            self._names.check()
+            log.info(
+                "tables registered at start catalog=%s tables=%d",
+                settings.catalog,
+                self._names.register_found(),
+            )
         self._catalog = SchemaCatalog(
             settings.kafka_client_conf(), settings.schemas_topic, settings.registry
         )
@@ -239,6 +255,9 @@ class BatchProcessor:
                 )
             with steps("state"):
                 self._save_state(changes, batch_id)
+            if self._names is not None:
+                with steps("catalog"):  # after the state: a failure loses and repeats nothing
+                    self._names.register_new(self._table_manager.created_tables())
             self._finish(batch_id, applied.results, started, steps)
             self._maintenance.between_batches()
         finally:

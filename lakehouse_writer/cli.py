@@ -372,7 +372,9 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
         # file system: only Spark can write there that Kafka did not answer.
         spark = None if is_local(settings.checkpoint_path) else start_session(args, settings)
         probe_kafka(settings.kafka_client_conf(), timeout)
-        if args.once and spark is None and caught_up(settings, timeout) is not None:
+        # With a catalog, a start registers tables made before it was configured: Spark runs.
+        idle = args.once and spark is None and not settings.catalog
+        if idle and caught_up(settings, timeout) is not None:
             return  # Kafka holds nothing the last run did not apply: no Spark to start
         spark = spark or start_session(args, settings)
         keep_traces_off_stderr(spark)
@@ -401,9 +403,12 @@ def start_session(
         check_connectors,
         resolve_master,
     )
+    from lakehouse_writer.tables.catalog import CATALOG_IMPLEMENTATION, SESSION_CATALOG
 
     master = resolve_master(args.master, configured=settings.spark_master if settings else None)
     conf = dict(args.conf)
+    if master is not None and settings is not None and settings.catalog == SESSION_CATALOG:
+        conf.setdefault(CATALOG_IMPLEMENTATION, "hive")  # in-memory names die with the run
     if master is not None:
         conf.update(jvm_logging(LogSettings(), logging.getLogger().getEffectiveLevel(), conf))
     continuous = args.command == "run" and not getattr(args, "once", False)  # watchable: UI on

@@ -118,6 +118,13 @@ class LakehouseSettings(EnvSettings):
             compacted (``LAKEHOUSE_SMALL_FILE_BYTES``).
         compact_min_files: A table is compacted when it has at least this many small files
             (``LAKEHOUSE_COMPACT_MIN_FILES``; 0: never).
+        catalog: Register every table by name in this Spark catalog (``LAKEHOUSE_CATALOG``):
+            ``spark_catalog`` (the session's: a Hive metastore, AWS Glue) or a Unity Catalog
+            name; unset or empty: no registration (:mod:`lakehouse_writer.tables.catalog`,
+            ``docs/CATALOG.md``). With ``spark_catalog`` a session the writer starts itself
+            gets Hive support unless ``--conf spark.sql.catalogImplementation`` says otherwise.
+        catalog_system_namespace: The namespace the system tables (``_commits``...) are
+            registered under (``LAKEHOUSE_CATALOG_SYSTEM_NAMESPACE``).
     """
 
     _what: ClassVar[str] = "writer settings"
@@ -177,6 +184,10 @@ class LakehouseSettings(EnvSettings):
     )
     small_file_bytes: int = Field(32 << 20, ge=0, validation_alias="LAKEHOUSE_SMALL_FILE_BYTES")
     compact_min_files: int = Field(16, ge=0, validation_alias="LAKEHOUSE_COMPACT_MIN_FILES")
+    catalog: str | None = Field(None, validation_alias="LAKEHOUSE_CATALOG")
+    catalog_system_namespace: str = Field(
+        "lakehouse_system", min_length=1, validation_alias="LAKEHOUSE_CATALOG_SYSTEM_NAMESPACE"
+    )
     _kafka: KafkaSettings = PrivateAttr()
 
     # These were read with os.environ.get(...) before, where an empty value meant the default.
@@ -191,6 +202,8 @@ class LakehouseSettings(EnvSettings):
         "small_file_bytes",
         "compact_min_files",
         "deletion_vectors",
+        "catalog",  # LAKEHOUSE_CATALOG= turns registration off
+        "catalog_system_namespace",
         "schemas_topic",  # FLOW_SCHEMAS_TOPIC= means _flow_schemas, as on the producer's side
         mode="before",
     )(blank_is_unset)

@@ -316,6 +316,11 @@ class TableManager:
                     outcome.error,
                 )
 
+    def created_tables(self) -> list[TableRef]:
+        """The tables this manager created (any thread, any path that asked it to)."""
+        with self._lock:
+            return list(self._created)
+
     def _lock_of(self, ref: TableRef) -> threading.Lock:
         with self._lock:
             return self._locks.setdefault(ref, threading.Lock())
@@ -323,7 +328,8 @@ class TableManager:
     def _create(self, ref: TableRef, path: str, schema: ValueSchema) -> None:
         _check_creation(schema, ref, self._policy)
         _create(self._spark, path, schema, self._policy)
-        self._created.add(ref)
+        with self._lock:
+            self._created.add(ref)
 
     def _info(self, ref: TableRef, path: str) -> TableInfo:
         properties, struct = table_metadata(self._spark, path)

@@ -1,0 +1,121 @@
+"""Tables found by name in a real Hive metastore (embedded Derby), from another process.
+
+Three JVMs, one after the other (embedded Derby takes one at a time): a writer without a
+catalog, the same writer restarted with ``LAKEHOUSE_CATALOG=spark_catalog``, then a second
+Python process with its own session on the same metastore
+(:mod:`tests.support.catalog_reader`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from producer_lib.schema import AvroNVarchar
+from tests.support.catalog_reader import hive_conf
+from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
+
+WRITER = str(Path(sys.executable).parent / "lakehouse-writer")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _writer(work: Path, env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [WRITER, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _rows(ids: range, **more: object) -> list[dict]:
+    return [
+        {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + i, **more}
+        for i in ids
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_a_writer_registers_its_tables_and_another_process_finds_them_by_name(
+    kafka_bootstrap, new_topic, tmp_path
+):
+    orders, early = sample_schema(), sample_schema("EARLY")
+    kunden = sample_schema("KUNDEN$")
+    schemas = new_topic(suffix="_schemas")
+    topics = {name: new_topic(suffix=f"_{name}") for name in ("orders", "early", "kunden")}
+    publish_schemas(kafka_bootstrap, topics["orders"], schemas, orders)
+    publish_schemas(kafka_bootstrap, topics["early"], schemas, early)
+    produce_transaction(kafka_bootstrap, topics["orders"], orders, _rows(range(1, 4)))
+    produce_transaction(kafka_bootstrap, topics["early"], early, _rows(range(1, 3)))
+    work, meta = tmp_path / "work", tmp_path / "meta"
+    work.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "LOG_"))},
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LAKEHOUSE_SCHEMAS_TOPIC": schemas,
+        "LAKEHOUSE_MONITOR_GROUP": "off",
+    }
+    if "LAKEHOUSE_JARS_DIR" in os.environ:
+        env["LAKEHOUSE_JARS_DIR"] = os.environ["LAKEHOUSE_JARS_DIR"]
+    lake = work / "lake"
+    where = ["--lakehouse", str(lake), "--checkpoint", str(work / "ckpt")]
+    regex = "|".join(topics.values())
+
+    before = _writer(work, env, "run", *where, "--once", "--topics", regex)  # no catalog yet
+    assert before.returncode == 0, before.stderr[-3000:]
+    assert "table registered" not in before.stderr
+
+    # Then: a catalog; ORDERS gains a column, a new table and a rejected row arrive.
+    evolved = sample_schema()
+    evolved.add_field("STATUS", AvroNVarchar(10), doc="order status")
+    publish_schemas(kafka_bootstrap, topics["orders"], schemas, evolved)
+    publish_schemas(kafka_bootstrap, topics["kunden"], schemas, kunden)
+    produce_transaction(
+        kafka_bootstrap, topics["orders"], evolved, _rows(range(4, 6), STATUS="new")
+    )
+    produce_transaction(kafka_bootstrap, topics["kunden"], kunden, _rows(range(7, 9)))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topics["orders"], value=b"no header: rejected", partition=0)
+    producer.flush(30)
+    conf = [f"--conf={k}={v}" for k, v in hive_conf(str(meta)).items() if "catalogImpl" not in k]
+    env_catalog = {**env, "LAKEHOUSE_CATALOG": "spark_catalog"}
+    after = _writer(work, env_catalog, "run", *where, "--once", "--topics", regex, *conf)
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert "table registered table=SHOP.EARLY name=spark_catalog.shop.early" in after.stderr
+    registered_at_start = after.stderr.index("tables registered at start")
+    evolved_at = after.stderr.index("column added table=SHOP.ORDERS column=STATUS")
+    assert after.stderr.index("table registered table=SHOP.ORDERS") < registered_at_start
+    assert registered_at_start < evolved_at  # the column came after the registration
+
+    reader = subprocess.run(
+        [sys.executable, "-m", "tests.support.catalog_reader", str(meta)],
+        cwd=work,  # Derby writes derby.log where it runs
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert reader.returncode == 0, reader.stderr[-3000:]
+    found = json.loads(reader.stdout.strip().splitlines()[-1])
+
+    system_dirs = sorted(p.name for p in lake.iterdir() if p.name.startswith("_"))
+    assert {"_rejected", "_writer_state"} <= set(system_dirs)
+    assert found["tables"] == {
+        "default": [],
+        "lakehouse_system": system_dirs,
+        "shop": ["early", "kunden_", "orders"],
+    }
+    assert found["orders"] == [[1, None], [2, None], [3, None], [4, "new"], [5, "new"]]
+    assert found["early"] == [1, 2] and found["kunden"] == [7, 8]
+    assert found["rejected"] == 1
+    assert "instance" in found["state_columns"]
+    assert found["columns"]["ID"] == "order id" and found["columns"]["NAME"] == "customer name"
+    assert found["columns"]["STATUS"] == "order status"  # evolved, never registered again
+    assert found["comment"] == "orders of the shop"
+    assert "flow.owner_email=owner@example.com" in found["properties"]
+    assert 'flow.primary_keys=["ID"]' in found["properties"]
+    assert found["location"] == f"file:{lake}/SHOP/ORDERS"
