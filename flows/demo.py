@@ -2,7 +2,9 @@
 
 1. Start the devstack Kafka broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` points elsewhere).
 2. Generate a TPC-H source system (DuckDB, scale factor ``DEMO_TPCH_SCALE``, default 0.01).
-3. ``tpch`` flow, initial load (8 tables); ``lakehouse-writer run --once`` applies it to Delta.
+3. ``tpch`` flow, initial load (8 tables); ``lakehouse-writer run --once`` applies it to Delta
+   and registers the tables by name in a Hive metastore (embedded Derby, in the work
+   directory; ``LAKEHOUSE_CATALOG=spark_catalog``): the names it registered are printed.
 4. ``lakehouse`` flow, initial load: revenue per segment computed from those Delta tables.
 5. Change the source; ``tpch`` flow, delta load; the writer again.
 6. Row counts per table and TPC-H Q1 and Q3 on the Delta tables next to the source: equal.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +36,7 @@ import duckdb
 
 SCALE = float(os.environ.get("DEMO_TPCH_SCALE", "0.01"))
 TPCH_TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
+REGISTERED = re.compile(r"table registered table=\S+ name=(\S+)")  # the writer's log line
 QUERIES = (1, 3)  # TPC-H Q1 (lineitem) and Q3 (customer, orders, lineitem)
 REVENUE = (
     "SELECT c.c_mktsegment AS segment, count(*) AS order_count, "
@@ -72,6 +76,7 @@ def _pipeline(bootstrap: str, work: Path) -> bool:
             "TPCH_TOPIC_PREFIX": f"demo_{run_id}.tpch.",
             "LAKEHOUSE_PATH": str(lake),
             "LAKEHOUSE_FLOW_TOPIC": f"demo_{run_id}.revenue",
+            "LAKEHOUSE_CATALOG": "spark_catalog",  # docs/CATALOG.md
         }
     )
     _step(
@@ -145,15 +150,22 @@ def _writer(work: Path, bootstrap: str, run_id: str) -> None:
         "--bootstrap-servers",
         bootstrap,
     ]
+    metastore = f"jdbc:derby:;databaseName={work / 'metastore_db'};create=true"
+    command += ["--conf", f"spark.hadoop.javax.jdo.option.ConnectionURL={metastore}"]
+    command += ["--conf", f"spark.sql.warehouse.dir={work / 'warehouse'}"]
     log = work / "writer.log"
+    before = log.read_text() if log.exists() else ""
     with log.open("a") as out:
         code = _step(
             "lakehouse-writer run --once (Spark, local[2])",
-            lambda: subprocess.call(command, stdout=out, stderr=subprocess.STDOUT),
+            lambda: subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, cwd=work),
         )
     if code != 0:
         print(log.read_text()[-4000:])
         raise SystemExit(f"the lakehouse writer failed (exit code {code}); log above")
+    names = sorted(set(REGISTERED.findall(log.read_text()[len(before) :])))
+    if names:
+        print(f"   registered in the Hive metastore ({work / 'metastore_db'}): {', '.join(names)}")
 
 
 @contextmanager

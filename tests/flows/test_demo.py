@@ -1,7 +1,8 @@
 """``make demo``, the README's first command, as written (TPC-H scale factor 0.01).
 
 The demo compares row counts and TPC-H Q1 and Q3 on the Delta tables with the source and
-exits non-zero on any mismatch; this test runs it through make (the target sets up what it
+exits non-zero on any mismatch, and prints the names the writer registered its tables under
+in a Hive metastore; this test runs it through make (the target sets up what it
 needs, here already set up by ``make test``) against the test broker
 (``KAFKA_BOOTSTRAP_SERVERS``: the demo starts none then) and reads its last line.
 
@@ -37,3 +38,8 @@ def test_make_demo_runs_end_to_end_and_finds_no_mismatch(kafka_bootstrap, capsys
         print(f"\nmake demo: {last}")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert last.startswith("OK: demo finished"), done.stdout[-4000:]
+    registered = [x for x in done.stdout.splitlines() if "registered in the Hive metastore" in x]
+    tables = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
+    assert registered and all(f"spark_catalog.tpch.{t}" in registered[0] for t in tables), (
+        done.stdout[-4000:]
+    )
