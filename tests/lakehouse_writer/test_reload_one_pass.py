@@ -102,6 +102,35 @@ class TestOnePass:
         assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == 2
         assert spark.read.format("delta").load(str(lake / "_commits")).count() == 1
 
+    def test_replace_rows_into_a_new_table_without_a_truncate_are_appended_in_one_pass(
+        self, spark, kafka_bootstrap, setup, caplog
+    ):
+        """Issue 51: REPLACE rows into a table that has none of their keys cost an append."""
+        topic, _, lake, ckpt = setup
+        schema = sample_schema()
+        produce_transaction(kafka_bootstrap, topic, schema, _reload(range(1, 21))[1:])
+        with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
+            _run(lake, ckpt, topic, kafka_bootstrap)
+        assert "one_pass=True" in caplog.text
+        path = lake / "SHOP" / "ORDERS"
+        assert table_rows(spark, str(path)) == [(i, f"n{i}") for i in range(1, 21)]
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+        assert [h.operation for h in history] == ["CREATE TABLE", "WRITE"]
+        assert _stray_files(spark, path) == set()
+
+        # the table holds rows now: the next REPLACE rows of its keys are merged, not appended
+        again = [
+            {**r, "NAME": f"m{r['ID']}", "__change_time": T0 + 2} for r in _reload(range(1, 6))[1:]
+        ]
+        produce_transaction(kafka_bootstrap, topic, schema, again)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="lakehouse_writer"):
+            _run(lake, ckpt, topic, kafka_bootstrap)
+        assert "one_pass=True" not in caplog.text
+        assert table_rows(spark, str(path)) == [
+            (i, f"m{i}" if i <= 5 else f"n{i}") for i in range(1, 21)
+        ]
+
     @pytest.mark.parametrize(
         "case", ["repeated key", "repeated key, Spark's check", "not a reload", "poison"]
     )
@@ -178,7 +207,8 @@ def _summary(
         (_summary({"T": 1}, oldest=None), 0, (), None),  # a reload of no rows
         (_summary({"T": 1, "R": 5}), 2, (), "2 rows of other schemas or that do not decode"),
         (_summary({"T": 1, "R": 5, "other": 1}), 0, (), "row types other than upserts: other"),
-        (_summary({"R": 5}, truncates=()), 0, (), "no TRUNCATE"),
+        (_summary({"R": 5}, truncates=()), 0, (), None),  # upserts into the empty table
+        (_summary({"I": 5}, truncates=()), 0, (Truncate(T0 + 1),), "rows older than a TRUNCATE"),
         (
             _summary({"T": 1, "R": 5}, truncates=(Truncate(T0, {"REGION": "A"}),)),
             0,
@@ -195,6 +225,7 @@ def _summary(
         "undecoded",
         "other types",
         "no truncate",
+        "no truncate, older than an applied one",
         "scoped",
         "older row",
         "older than an applied truncate",

@@ -1,6 +1,7 @@
 """A reload written in the pass that reads it.
 
-A reload — an unscoped TRUNCATE, then only upserts, into an empty table — is appended as it
+A reload — an unscoped TRUNCATE, then only upserts, into an empty table; or only upserts into
+a table that holds no rows yet, which is the same — is appended as it
 is (:func:`lakehouse_writer.engines.table.apply_table`'s fast path). On the normal path its rows
 are read twice: the scan reads, decodes, caches and summarizes the batch, and the append then
 writes the files from the cache.
@@ -57,9 +58,11 @@ DRIVER_CHECK_MAX_ROWS = 10_000_000  # above: the keys are checked by Spark, not 
 def refusal(summary: RowSummary, undecoded: int, applied: Sequence[Truncate]) -> str | None:
     """Why the rows summarized are not a reload the fast path appends as they are; None if they are.
 
-    A reload: every row decoded with the one schema, only upserts besides TRUNCATEs, at least
-    one TRUNCATE and all of them unscoped, and no row older than one of them or than a
-    TRUNCATE applied earlier (``applied``: no row is dropped). The table is known empty.
+    A reload: every row decoded with the one schema, only upserts besides TRUNCATEs, every
+    TRUNCATE unscoped, and no row older than one of them or than a TRUNCATE applied earlier
+    (``applied``: no row is dropped). The table is known empty, so upserts without a TRUNCATE
+    (a REPLACE into a new table) are a reload too: distinct keys are the table's rows, as a
+    MERGE into the empty table would make them (a repeated key loses the bet).
     """
     counts = summary.counts
     if undecoded:
@@ -67,12 +70,10 @@ def refusal(summary: RowSummary, undecoded: int, applied: Sequence[Truncate]) ->
     others = sorted(str(c) for c in counts if c not in ("T", *UPSERT_TYPES) and counts[c])
     if others:
         return f"row types other than upserts: {', '.join(others)}"
-    if not summary.truncates:
-        return "no TRUNCATE"
     if not all(t.unscoped for t in summary.truncates):
         return "a scoped TRUNCATE"
-    latest = max(t.time_us for t in (*summary.truncates, *applied))
-    if summary.oldest is not None and summary.oldest < latest:
+    times = [t.time_us for t in (*summary.truncates, *applied)]
+    if times and summary.oldest is not None and summary.oldest < max(times):
         return "rows older than a TRUNCATE"
     return None
 
