@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.runtime.lines import seq_as_java
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -38,14 +40,13 @@ def offset_ranges(batch: DataFrame) -> OffsetRanges | None:
     from py4j.protocol import Py4JError
 
     spark = batch.sparkSession
-    convert = spark._jvm.scala.jdk.javaapi.CollectionConverters  # type: ignore[union-attr]
     try:
         pending = [batch._jdf.queryExecution().analyzed().rdd()]
         while pending:
             rdd = pending.pop()
             if rdd.getClass().getSimpleName() == "DataSourceRDD":
-                return _from_text(rdd) or _walked(rdd, convert)
-            pending += [d.rdd() for d in convert.asJava(rdd.dependencies())]
+                return _from_text(rdd) or _walked(rdd, spark)
+            pending += [d.rdd() for d in seq_as_java(spark, rdd.dependencies())]
     except Py4JError as exc:
         log.debug("offset ranges of the batch not found: %s", exc)
     return None
@@ -70,11 +71,11 @@ def _from_text(rdd: Any) -> OffsetRanges | None:
     return ranges
 
 
-def _walked(rdd: Any, convert: Any) -> OffsetRanges:
+def _walked(rdd: Any, spark: SparkSession) -> OffsetRanges:
     """The ranges, read from each input partition of the RDD."""
     ranges: OffsetRanges = {}
     for part in rdd.partitions():
-        for split in convert.asJava(part.inputPartitions()):
+        for split in seq_as_java(spark, part.inputPartitions()):
             r = split.offsetRange()
             ranges[(str(r.topic()), int(r.partition()))] = (
                 int(r.fromOffset()),

@@ -35,6 +35,7 @@ from lakehouse_writer.read.decode import Decoded
 from lakehouse_writer.read.framing import HEADER, avro_struct, body_column, header_column
 from lakehouse_writer.read.keys import KeySchemaRef, candidates, with_key_check
 from lakehouse_writer.read.summary import RowSummary, summary_aggregates
+from lakehouse_writer.runtime.lines import dataframe_from_arrow, to_arrow
 from producer_lib.errors import SchemaError
 from producer_lib.schema import ValueSchema
 
@@ -126,7 +127,7 @@ class BatchScan:
         if self.raw is not None:
             found = _where(self.raw, "topic", [topic])
         else:
-            found = self.of_topics([topic]).select("partition", "offset", "key", "value").toArrow()
+            found = to_arrow(self.of_topics([topic]).select("partition", "offset", "key", "value"))
         columns = [found.column(c).to_pylist() for c in ("partition", "offset", "key", "value")]
         return list(zip(*columns, strict=True))
 
@@ -146,7 +147,7 @@ class BatchScan:
             data = (
                 self.frame.filter(~F.col("topic").isin(*self.system)) if self.system else self.frame
             )
-            found = data.filter(F.col(HEADER).isin(*headers)).select(*columns).toArrow()
+            found = to_arrow(data.filter(F.col(HEADER).isin(*headers)).select(*columns))
         if len(headers) < 2:
             return found
         return found.sort_by(HEADER)  # a stable sort: each header's rows together
@@ -161,7 +162,7 @@ class BatchScan:
 
     def _spark_rows(self, rows: pa.Table | None) -> DataFrame:
         assert rows is not None and self.spark is not None, "a batch scanned by Spark has one"
-        frame = self.spark.createDataFrame(rows).persist()
+        frame = dataframe_from_arrow(self.spark, rows).persist()
         self._made.append(frame)
         return frame
 
@@ -197,10 +198,10 @@ def collect(df: DataFrame, system_topics: Iterable[str], raw: pa.Table | None = 
     """
     system = frozenset(system_topics)
     if raw is None:
-        raw = (
-            few_partitions(df)
-            .select("topic", "partition", "offset", header_column().alias(HEADER), "key", "value")
-            .toArrow()
+        raw = to_arrow(
+            few_partitions(df).select(
+                "topic", "partition", "offset", header_column().alias(HEADER), "key", "value"
+            )
         )
     found = BatchScan(raw=raw, system=system, spark=df.sparkSession)
     highest = raw.group_by(["topic", "partition"]).aggregate([("offset", "max")])

@@ -107,11 +107,11 @@ class Ahead:
 
         Stops at the first table after the block ends, and waits for that.
         """
-        from pyspark import inheritable_thread_target
+        from lakehouse_writer.runtime.lines import inheritable
 
         scanned = threading.Event()
-        inherit = inheritable_thread_target(self._spark)  # the stream's job properties
-        made = self._aside.submit(inherit(self._make), expected, scanned)
+        make = inheritable(self._spark, self._make)  # the stream's job properties
+        made = self._aside.submit(make, expected, scanned)
         try:
             yield
         finally:

@@ -37,6 +37,7 @@ from lakehouse_writer.engines.spark.engine import SparkEngine
 from lakehouse_writer.engines.table import apply_table
 from lakehouse_writer.read.ranges import OffsetRanges, messages_per_topic
 from lakehouse_writer.rules.row_types import GDPR, KNOWN, UPSERTS
+from lakehouse_writer.runtime.lines import to_arrow
 from lakehouse_writer.runtime.parallel import on_session
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def _in_driver(table: TableRows) -> ArrowRows:
         (F.col(f"`{name}`") if name in frame.columns else F.lit(None)).cast(dtype).alias(name)
         for name, dtype in table.info.columns.items()
     ]
-    data = frame.select(*columns, "topic", "partition", "offset").toArrow()
+    data = to_arrow(frame.select(*columns, "topic", "partition", "offset"))
     schema = arrow_schema(table.info)
     return ArrowRows.of(data.cast(_with_where_from(schema, data)))
 

@@ -25,8 +25,9 @@ def local_frame(spark: SparkSession, rows: Sequence[tuple[Any, ...]], schema: st
     takes about 0.02 s. Every batch appends a few such rows (``_writer_state``, and
     ``_commits`` when it has some), so that is time off every batch.
     """
-    data: Any = arrow_rows(rows, schema)  # an Arrow table: pyspark's stubs know only pandas
-    return spark.createDataFrame(data, ddl_struct(schema))
+    from lakehouse_writer.runtime.lines import dataframe_from_arrow
+
+    return dataframe_from_arrow(spark, arrow_rows(rows, schema), ddl_struct(schema))
 
 
 def arrow_rows(rows: Sequence[tuple[Any, ...]], schema: str) -> pa.Table:
@@ -43,8 +44,6 @@ def arrow_rows(rows: Sequence[tuple[Any, ...]], schema: str) -> pa.Table:
 
 def ddl_struct(schema: str) -> StructType:
     """The struct type of a DDL string (``a INT, b STRING``)."""
-    from pyspark.sql.types import StructType
+    from lakehouse_writer.runtime.lines import struct_from_ddl
 
-    parsed = StructType.fromDDL(schema)
-    assert isinstance(parsed, StructType), schema
-    return parsed
+    return struct_from_ddl(schema)

@@ -21,6 +21,7 @@ calls the functions here instead of testing versions itself:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -45,11 +46,13 @@ __all__ = [
     "buffer_add",
     "checkpoint_and_clean_up",
     "current_line",
+    "dataframe_from_arrow",
     "dataset_of_rows",
     "hadoop_version",
     "inheritable",
     "latest_snapshot",
     "line_of",
+    "progress_dict",
     "seq_appended",
     "seq_as_java",
     "spark_jar_folders",
@@ -317,6 +320,18 @@ def widens(old: str, new: str, line: SparkLine | None = None) -> bool:
     """
     kind = (old.split("(")[0], new.split("(")[0])
     return kind in (line or current_line()).widenings
+
+
+def progress_dict(progress: Any) -> dict[str, Any]:
+    """A streaming query's progress report as the JSON Spark wrote, parsed.
+
+    pyspark 4's ``StreamingQueryProgress`` keeps that JSON in ``json`` (its Kafka offsets
+    otherwise are a Python repr); 3.5's ``recentProgress`` already gives the parsed dicts.
+    """
+    if current_line().spark == "3.5":  # 4's report is a dict too, with offsets as a repr
+        return dict(progress)
+    parsed: dict[str, Any] = json.loads(progress.json)
+    return parsed
 
 
 def struct_from_ddl(ddl: str) -> StructType:

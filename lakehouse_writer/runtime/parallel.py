@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -100,10 +100,11 @@ class TableApplier:
         """
         if self._pool is None or len(items) < 2:
             return [_outcome(apply, item, self._session) for item in items]
-        from pyspark import inheritable_thread_target
+        from lakehouse_writer.runtime.lines import inheritable
 
-        inherit = inheritable_thread_target(self._session)  # the stream's job properties
-        run = inherit(lambda item: _outcome(apply, item, self._worker_session()))
+        run = inheritable(  # the stream's job properties
+            self._session, lambda item: _outcome(apply, item, self._worker_session())
+        )
         futures: list[Future[Outcome[Item, Result]]] = [self._pool.submit(run, i) for i in items]
         return [f.result() for f in futures]
 
@@ -136,8 +137,7 @@ def on_session(df: DataFrame, session: SparkSession) -> DataFrame:
     """``df``'s query as a DataFrame of ``session`` (it reads the same cached frames)."""
     if df.sparkSession is session:
         return df
-    jvm: Any = session._jvm  # type: ignore[attr-defined]
-    plan = df._jdf.logicalPlan()  # type: ignore[attr-defined]
-    dataset = jvm.org.apache.spark.sql.classic.Dataset
-    jdf = dataset.ofRows(session._jsparkSession, plan)  # type: ignore[attr-defined]
+    from lakehouse_writer.runtime.lines import dataset_of_rows
+
+    jdf = dataset_of_rows(session, df._jdf.logicalPlan())  # type: ignore[attr-defined]
     return type(df)(jdf, session)  # type: ignore[call-arg]

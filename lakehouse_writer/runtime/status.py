@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from lakehouse_writer.errors import LakehouseWriterError
+from lakehouse_writer.runtime.lines import progress_dict
 from lakehouse_writer.runtime.storage import CheckpointFiles
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def _new_progress(query: StreamingQuery, seen: str) -> list[dict[str, Any]]:
     if not last or str(last.get("timestamp", "")) <= seen:
         return []
     fresh = [p for p in query.recentProgress if str(p.get("timestamp", "")) > seen]
-    return [json.loads(p.json) for p in fresh]
+    return [progress_dict(p) for p in fresh]
 
 
 def lag_of(progress: Mapping[str, Any] | None) -> dict[str, int]:

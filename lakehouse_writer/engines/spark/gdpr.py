@@ -40,6 +40,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.errors import ApplyError
+from lakehouse_writer.runtime import lines
 from lakehouse_writer.runtime.failure import root_cause
 from lakehouse_writer.runtime.session import quote_name, session_conf
 from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, jvm_delta_log
@@ -118,8 +119,7 @@ def files_with_deleted_rows(spark: SparkSession, path: str) -> int:
     """Current data files of the table at ``path`` with a deletion vector (from its log)."""
     from pyspark.sql import DataFrame
 
-    empty = _jvm(spark).scala.Option.empty()
-    snapshot = jvm_delta_log(spark, path).update(False, empty, empty)
+    snapshot = lines.latest_snapshot(spark, jvm_delta_log(spark, path))
     files = DataFrame(snapshot.allFiles().toDF(), spark)
     return int(files.where(files["deletionVector"].isNotNull()).count())
 

@@ -42,6 +42,7 @@ from lakehouse_writer.read.ranges import OffsetRanges, messages_per_topic, range
 from lakehouse_writer.read.summary import RowSummary, truncate_records, truncate_row
 from lakehouse_writer.rules.row_types import UPSERTS as UPSERT_TYPES
 from lakehouse_writer.rules.truncate import AppliedTruncates, Truncate, distinct_truncates
+from lakehouse_writer.runtime import lines
 from lakehouse_writer.tables.manager import TableInfo, TableManager, TableRef, no_data_files
 
 if TYPE_CHECKING:
@@ -296,7 +297,6 @@ def speculate(
     Returns:
         The speculation to commit, or why it was not made (its files are deleted, if any).
     """
-    from pyspark import inheritable_thread_target
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -350,7 +350,7 @@ def speculate(
         return found
 
     checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reload-check")
-    check = inheritable_thread_target(spark)(distinct)  # the stream's job properties
+    check = lines.inheritable(spark, distinct)  # the stream's job properties
     unique = checker.submit(check)
     checker.shutdown(wait=False)  # the check runs on; nothing else is submitted
     return Speculation(expected, info, summary, offsets, rest, pending, parsed, unique)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from lakehouse_writer.runtime import lines
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -159,7 +161,6 @@ class PendingAppend:
 
         from lakehouse_writer.tables.manager import jvm_delta_log
 
-        jvm: Any = spark._jvm
         try:
             delta_log = jvm_delta_log(spark, path)
             if not delta_log.tableExists():
@@ -169,7 +170,7 @@ class PendingAppend:
             table_schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
             if not same_columns(schema, table_schema):
                 return None
-            done = _txn_version(jvm, transaction, snapshot, app_id)
+            done = _txn_version(spark, transaction, snapshot, app_id)
         except Py4JJavaError:
             raise
         except Py4JError as exc:  # another Delta: its internal classes or methods differ
@@ -184,7 +185,9 @@ class PendingAppend:
                 version,
             )
         else:
-            transaction.readTxn().addOne(app_id)  # a concurrent commit of the app id conflicts
+            lines.buffer_add(
+                transaction.readTxn(), app_id
+            )  # a concurrent commit of the app id conflicts
         return pending
 
     def write(self, df: DataFrame) -> None:
@@ -209,14 +212,12 @@ class PendingAppend:
         jvm: Any = self._spark._jvm
         delta = jvm.org.apache.spark.sql.delta
         snapshot = self._transaction.snapshot()
-        empty = jvm.scala.Option.empty()
         now = jvm.scala.Some(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
         set_txn = delta.actions.SetTransaction(self.app_id, self.version, now)
-        partitioned_by = jvm.scala.Some(snapshot.metadata().partitionColumns())  # as Delta's
-        operation = getattr(delta, "DeltaOperations$Write")(
-            jvm.org.apache.spark.sql.SaveMode.Append, partitioned_by, *[empty] * 7
-        )
-        version = int(self._transaction.commit(self._files.appended(set_txn), operation))
+        partitioned_by = snapshot.metadata().partitionColumns()  # as Delta's
+        operation = lines.write_operation(self._spark, partitioned_by)
+        actions = lines.seq_appended(self._spark, self._files, set_txn)
+        version = int(self._transaction.commit(actions, operation))
         self._files = None  # committed: the table's files now, never discarded
         return version
 
@@ -243,17 +244,17 @@ class PendingAppend:
         jvm: Any = self._spark._jvm
         base = self._log.dataPath().toString()
         operations = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations
-        added = jvm.scala.jdk.javaapi.CollectionConverters.asJava(self._files)
+        added = lines.seq_as_java(self._spark, self._files)
         return [operations.absolutePath(base, action.path()) for action in added]
 
 
-def _txn_version(jvm: Any, transaction: Any, snapshot: Any, app_id: str) -> int:
+def _txn_version(spark: SparkSession, transaction: Any, snapshot: Any, app_id: str) -> int:
     """The last committed version of ``app_id`` (-1: none), from the checksum when it has them."""
     checksum = snapshot.checksumOpt()
     known = checksum.get().setTransactions() if checksum.isDefined() else checksum
     if not known.isDefined():  # no checksum, or too many ids for it: Delta's lookup
         return int(transaction.txnVersion(app_id))
-    ids = jvm.scala.jdk.javaapi.CollectionConverters.asJava(known.get())
+    ids = lines.seq_as_java(spark, known.get())
     return int(max((t.version() for t in ids if t.appId() == app_id), default=-1))
 
 
