@@ -30,7 +30,7 @@ CURATED = [
 
 
 @pytest.mark.slow
-def test_the_row_types_and_the_writer_pass_on_spark_35():
+def test_the_row_types_and_the_writer_pass_on_spark_35(kafka_bootstrap):
     try:
         env = compat.environment("3.5")
     except DevstackError as exc:
@@ -38,7 +38,8 @@ def test_the_row_types_and_the_writer_pass_on_spark_35():
     done = subprocess.run(
         [str(env.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *CURATED],
         cwd=compat.REPO,
-        env=env.env(dict(os.environ)),
+        # the session's broker: the inner run neither starts nor stops one
+        env=env.env({**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}),
         capture_output=True,
         text=True,
         timeout=600,
