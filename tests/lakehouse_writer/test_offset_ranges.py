@@ -41,7 +41,7 @@ def test_the_ranges_read_from_the_plans_text_are_those_of_each_partition(
         while pending:
             rdd = pending.pop()
             if rdd.getClass().getSimpleName() == "DataSourceRDD":
-                seen.append((offset_ranges(df), _from_text(rdd), _walked(rdd, convert)))
+                seen.append((offset_ranges(df), _from_text(rdd), _walked(rdd, spark)))
                 return
             pending += [d.rdd() for d in convert.asJava(rdd.dependencies())]
 

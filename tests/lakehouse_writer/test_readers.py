@@ -9,9 +9,9 @@ refusal is asserted: the reader matrix of docs/TABLES.md, for the versions pinne
 constraints.txt (deltalake 1.6.6, polars 2.1.0, DuckDB and its delta extension 1.5.5).
 
 Two more lakehouses take the same rows under a reader profile (``LAKEHOUSE_READERS=fabric``,
-``=open``; one run each): their tables carry only the features the profile's readers read,
-the tables that would need more are stopped with the feature named, and the ``open`` tables
-are read by every reader here as Spark reads them.
+``=open``; two runs each, the second widens a column): their tables carry only the features
+the profile's readers read, the tables that would need more are stopped with the feature
+named, and the ``open`` tables are read by every reader here as Spark reads them.
 """
 
 from __future__ import annotations
@@ -273,9 +273,12 @@ def lakes(spark, kafka_bootstrap, kafka_admin, tmp_path_factory) -> Iterator[dic
             **env,
         )
         _run_writer(root / "nodv", data, kafka_bootstrap, LAKEHOUSE_DELETION_VECTORS="false", **env)
-        for profile in PROFILE_STOPS:
-            every = [*data, topics["wide"], topics["wide2"]]
-            _run_writer(root / profile, every, kafka_bootstrap, LAKEHOUSE_READERS=profile, **env)
+        for profile in PROFILE_STOPS:  # WIDE made narrow first, then widened: stopped
+            narrow, every = [*data, topics["wide"]], [*data, topics["wide"], topics["wide2"]]
+            for topics_read in (narrow, every):
+                _run_writer(
+                    root / profile, topics_read, kafka_bootstrap, LAKEHOUSE_READERS=profile, **env
+                )
         yield {name: root / name for name in ("dv", "nodv", *PROFILE_STOPS)}
     finally:
         for future in kafka_admin.delete_topics(list(topics.values())).values():
