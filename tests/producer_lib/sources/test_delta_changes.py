@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,10 +29,10 @@ pytestmark = [pytest.mark.spark]
 PROPS = "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true'"
 
 
-@pytest.fixture
-def table(spark, tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def history(spark, tmp_path_factory) -> Path:
     """Version 0 empty; 1 inserts 1..3; 2 updates 2; 3 deletes 3; 4 merges (update 1, add 4)."""
-    path = tmp_path / "orders"
+    path = tmp_path_factory.mktemp("delta_changes") / "orders"
     target = f"delta.`{path}`"
     spark.sql(f"CREATE TABLE {target} (id BIGINT, name STRING) USING delta TBLPROPERTIES ({PROPS})")
     spark.sql(f"INSERT INTO {target} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
@@ -42,6 +43,14 @@ def table(spark, tmp_path) -> Path:
         "SELECT 4L, 'd') s ON t.id = s.id "
         "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
     )
+    return path
+
+
+@pytest.fixture
+def table(history, tmp_path) -> Path:
+    """A copy of the module's table (its log holds relative paths): each test changes its own."""
+    path = tmp_path / "orders"
+    shutil.copytree(history, path)
     return path
 
 
