@@ -136,6 +136,7 @@ class BatchProcessor:
             DeltaRsWrites(settings.small_merge_rows), lake, settings.driver_read_rows, instance_id
         )
         driver = DriverTables(router, tables, self._catalog, truncates)
+        self._router = router
         self._ahead = Ahead(
             spark,
             self._catalog,
@@ -294,6 +295,7 @@ class BatchProcessor:
         self.last.finished_at = datetime.now(UTC).isoformat()
         self.last.pending_commits = len(self.state.pending)
         self.last.stopped_tables = dict(self.state.stopped)
+        self.last.off_fast_path = dict(self._router.off_fast_path)
         log.info(
             "batch done batch=%d rows=%s rejected=%d seconds=%.1f steps=%s",
             batch_id,

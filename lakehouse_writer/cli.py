@@ -406,7 +406,7 @@ def start_session(
     from lakehouse_writer.tables.catalog import CATALOG_IMPLEMENTATION, SESSION_CATALOG
 
     master = resolve_master(args.master, configured=settings.spark_master if settings else None)
-    conf = dict(args.conf)
+    conf = {**azure_hadoop_settings(settings), **dict(args.conf)}  # a --conf of the user's wins
     if master is not None and settings is not None and settings.catalog == SESSION_CATALOG:
         conf.setdefault(CATALOG_IMPLEMENTATION, "hive")  # in-memory names die with the run
     if master is not None:
@@ -418,6 +418,26 @@ def start_session(
     )
     check_connectors(spark)
     return spark
+
+
+def azure_hadoop_settings(settings: LakehouseSettings | None) -> dict[str, str]:
+    """hadoop-azure's ``spark.hadoop.fs.azure.*`` settings for the lakehouse and checkpoint.
+
+    From ``AZURE_STORAGE_*`` (:mod:`lakehouse_writer.runtime.azure`), for the Azure URIs among
+    the two paths; {} when neither is one.
+
+    Raises:
+        AzureStorageUnusable: The credential cannot open one of them (the message says why).
+    """
+    from lakehouse_writer.runtime.azure import AzurePath, hadoop_settings
+    from producer_lib.settings import AzureStorageSettings
+
+    if settings is None:
+        return {}
+    paths = (settings.lakehouse_path, settings.checkpoint_path)
+    if not any(AzurePath.parse(p) for p in paths):
+        return {}
+    return hadoop_settings(AzureStorageSettings(), *paths)
 
 
 def jvm_logging(

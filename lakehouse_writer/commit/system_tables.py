@@ -35,16 +35,17 @@ class DeltaRsAppend:
     Spark's append of a batch's few ``_writer_state`` or ``_commits`` rows costs a job and a
     commit, about 0.4 s of every batch; delta-rs appends them in tens of milliseconds, with the same
     ``SetTransaction`` of (app id, version), so a replay is skipped by either engine. It
-    declines (the caller appends through Spark) where the table is not on a local path, does
+    declines (the caller appends through Spark) where delta-rs cannot reach its storage, does
     not exist yet, has a writer feature delta-rs does not write, or where a write of it
     failed once (not tried again in this process).
     """
 
     def __init__(self, path: str) -> None:
-        from lakehouse_writer.runtime.storage import is_local
+        from lakehouse_writer.runtime.storage import delta_rs_path
 
         self._path = path
-        self._on = is_local(path)
+        self._where = delta_rs_path(path)
+        self._on = self._where is not None
         self._table: DeltaTable | None = None
 
     def append(self, data: pa.Table, app_id: str, version: int) -> bool:
@@ -73,17 +74,17 @@ class DeltaRsAppend:
 
     def _handle(self) -> DeltaTable | None:
         """The table, brought up to its latest version; None where delta-rs is not to write."""
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         from lakehouse_writer.engines.delta_rs.writes import WRITABLE_FEATURES
-        from lakehouse_writer.runtime.storage import local_path
 
         if self._table is not None:
             self._table.update_incremental()
             return self._table
+        if self._where is None:
+            return None
         try:
-            table = DeltaTable(str(local_path(self._path)))
+            table = self._where.open()
         except TableNotFoundError:
             return None  # Spark creates it
         protocol = table.protocol()
@@ -101,9 +102,9 @@ def read_rows(spark: SparkSession, path: str, column: str, value: str) -> list[A
     """The rows of the small system table at ``path`` whose ``column`` is ``value``.
 
     Each row has its columns as attributes, as Spark's rows do; no table, or an empty one,
-    gives none. delta-rs reads a local table whose readers need no feature (no deletion
-    vectors, no column mapping) in some 20 ms; Spark reads any other (a snapshot and a job,
-    about 1.5 s: a writer's start read ``_writer_state`` that way twice).
+    gives none. delta-rs reads a table it reaches (local, Azure) whose readers need no feature
+    (no deletion vectors, no column mapping) in some 20 ms; Spark reads any other (a snapshot
+    and a job, about 1.5 s: a writer's start read ``_writer_state`` that way twice).
     """
     rows = _read_by_delta_rs(path, column, value)
     if rows is not None:
@@ -120,15 +121,15 @@ def read_rows(spark: SparkSession, path: str, column: str, value: str) -> list[A
 
 def _read_by_delta_rs(path: str, column: str, value: str) -> list[Any] | None:
     """:func:`read_rows` by delta-rs; None where Spark is to read."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    from lakehouse_writer.runtime.storage import is_local, local_path
+    from lakehouse_writer.runtime.storage import delta_rs_path
 
-    if not is_local(path):
+    where = delta_rs_path(path)
+    if where is None:
         return None
     try:
-        table = DeltaTable(str(local_path(path)))
+        table = where.open()
     except TableNotFoundError:
         return []
     if table.protocol().min_reader_version > 1:

@@ -80,6 +80,7 @@ class WriterMetrics:
         self._timed: set[int] = set()  # batch ids whose duration is counted (last few)
         self._lag_labels: set[tuple[str, str]] = set()
         self._stopped: set[str] = set()
+        self._off: set[tuple[str, str]] = set()  # (table, reason) of the fast path gauge
         self._define()
         self._state(BatchStats(state="running"))
         self.freshness = Freshness(lakehouse) if lakehouse else None
@@ -137,6 +138,12 @@ class WriterMetrics:
         self._table_stopped = Gauge(
             _PREFIX + "table_stopped", "1 for each stopped table.", ["table"], registry=r
         )
+        self._off_fast_path = Gauge(
+            _PREFIX + "tables_off_fast_path",
+            "1 for each table a fast path declined this run (Spark writes it), with the reason.",
+            ["table", "reason"],
+            registry=r,
+        )
         self._pending = Gauge(
             _PREFIX + "pending_commits", "Producer commits waiting for rows.", registry=r
         )
@@ -170,6 +177,11 @@ class WriterMetrics:
         for table in stats.stopped_tables:
             self._table_stopped.labels(table).set(1)
         self._stopped = set(stats.stopped_tables)
+        for table, reason in self._off - set(stats.off_fast_path.items()):
+            self._off_fast_path.remove(table, reason)
+        for table, reason in stats.off_fast_path.items():
+            self._off_fast_path.labels(table, reason).set(1)
+        self._off = set(stats.off_fast_path.items())
         for state in get_args(WriterRunState):
             self._state_gauge.labels(state).set(int(state == stats.state))
 

@@ -18,7 +18,8 @@ From named capabilities, not from where a table happens to be handled:
 An engine that declines a table (:class:`~lakehouse_writer.engines.base.Declined`) has
 written nothing or only writes Spark skips by their transaction ids; Spark then applies the
 table. Every decision that sends a table off the fast path is logged once per table and
-reason, and counted (:attr:`Router.left`).
+reason, and counted (:attr:`Router.left`; :attr:`Router.off_fast_path` names the tables, for the
+status file and the ``tables_off_fast_path`` metric).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from lakehouse_writer.engines.base import ApplyResult, Declined
 from lakehouse_writer.engines.delta_rs.engine import ArrowRows, DeltaRsEngine, arrow_schema
@@ -39,6 +41,7 @@ from lakehouse_writer.read.ranges import OffsetRanges, messages_per_topic
 from lakehouse_writer.rules.row_types import GDPR, KNOWN, UPSERTS
 from lakehouse_writer.runtime.lines import to_arrow
 from lakehouse_writer.runtime.parallel import on_session
+from lakehouse_writer.runtime.storage import delta_rs_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,10 +86,17 @@ class Router:
     ) -> None:
         self._writes = writes
         self._driver = writes.writes(lakehouse)  # delta-rs writes this storage at all
+        scheme = urlsplit(lakehouse).scheme
+        self._unreached = (  # why no table here is delta-rs'; None: it reaches the storage
+            None
+            if delta_rs_path(lakehouse) is not None
+            else f"delta-rs cannot reach {scheme}:// storage"
+        )
         self._read_rows = driver_read_rows
         self._instance = instance_id
         self._delta_rs = DeltaRsEngine(writes)
         self.left: Counter[str] = Counter()  # tables off the fast path, by reason
+        self.off_fast_path: dict[str, str] = {}  # table -> the last reason it left
         self._said: set[tuple[str, str]] = set()
 
     @property
@@ -130,7 +140,8 @@ class Router:
         """``delta-rs`` or ``spark`` for a table's rows of a batch (see above)."""
         counts = table.summary.counts if table.summary is not None else {}
         if not self._writes.takes(table.info, rows):
-            return self._leave(table.info, "spark", "delta-rs does not write the table here")
+            reason = self._unreached or "delta-rs does not write the table here"
+            return self._leave(table.info, "spark", reason)
         if counts.get(GDPR):
             return self._leave(table.info, "spark", "a GDPR delete (Spark purges)")
         refused = (*UPSERTS, "T") if table.info.append_only else KNOWN
@@ -184,6 +195,7 @@ class Router:
     def _leave(self, info: TableInfo, engine: str, reason: str) -> str:
         """Say once per table and reason that ``info`` takes ``engine``; count it."""
         self.left[reason.split(" [")[0]] += 1
+        self.off_fast_path[info.ref.qualified] = reason.split(" [")[0]
         key = (info.ref.qualified, reason)
         if key not in self._said:
             self._said.add(key)

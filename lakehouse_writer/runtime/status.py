@@ -54,6 +54,7 @@ class BatchStats:
     finished_at: str = ""
     pending_commits: int = 0
     stopped_tables: dict[str, str] = field(default_factory=dict)
+    off_fast_path: dict[str, str] = field(default_factory=dict)  # table -> why Spark writes it
     error: str = ""
     error_trace: str = ""
     written: float = field(default=0.0, repr=False, compare=False)  # monotonic, last write
@@ -115,6 +116,7 @@ def write_status(checkpoint: str, stats: BatchStats, spark: SparkSession | None 
             "lag_batch_id": stats.lag_batch_id,
             "pending_commits": stats.pending_commits,
             "stopped_tables": stats.stopped_tables,
+            "off_fast_path": stats.off_fast_path,
             "error": stats.error or None,
             "error_trace": stats.error_trace or None,
             "updated_at": datetime.now(UTC).isoformat(),

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -28,7 +29,14 @@ from lakehouse_writer.errors import LakehouseWriterError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["CheckpointFiles", "StorageError", "is_local", "local_path"]
+__all__ = [
+    "CheckpointFiles",
+    "DeltaRsPath",
+    "StorageError",
+    "delta_rs_path",
+    "is_local",
+    "local_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,40 @@ def local_path(path: str) -> Path:
     """``file:/x``, ``file:///x`` or ``/x`` as a :class:`~pathlib.Path`."""
     parts = urlsplit(path)
     return Path(parts.path) if parts.scheme == "file" else Path(path)
+
+
+@dataclass(frozen=True)
+class DeltaRsPath:
+    """Where delta-rs opens a table: its URI and object-store options (secrets: never log)."""
+
+    uri: str
+    options: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def open(self) -> Any:
+        """The table's ``deltalake.DeltaTable`` at its latest version."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri, storage_options=self.options or None)
+
+
+def delta_rs_path(path: str) -> DeltaRsPath | None:
+    """Where delta-rs reaches the table at ``path``; None where it cannot (Spark's alone).
+
+    A local path, and an Azure URI (``abfss://`` for ADLS Gen2 and OneLake, ``wasbs://``,
+    with the ``AZURE_STORAGE_*`` credential the session's Hadoop settings use,
+    :mod:`lakehouse_writer.runtime.azure`). Other schemes (``s3a://``, ``gs://``, ``dbfs:/``)
+    are Hadoop's: the writer's delta-rs paths decline them, and the router says so once per
+    table (``table left the fast path``) and counts it.
+    """
+    if is_local(path):
+        return DeltaRsPath(str(local_path(path)))
+    from lakehouse_writer.runtime.azure import AzurePath, delta_rs_options, delta_rs_uri
+
+    if AzurePath.parse(path) is None:
+        return None
+    from producer_lib.settings import AzureStorageSettings
+
+    return DeltaRsPath(delta_rs_uri(path), delta_rs_options(AzureStorageSettings(), path))
 
 
 class _Backend(Protocol):

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer.errors import SchemaEvolutionError, TableNameError
 from lakehouse_writer.runtime.lines import current_line, latest_snapshot, widens
 from lakehouse_writer.runtime.session import quote_name
-from lakehouse_writer.runtime.storage import is_local, local_path
+from lakehouse_writer.runtime.storage import delta_rs_path
 from lakehouse_writer.tables import features
 from lakehouse_writer.tables.features import ReaderPolicy, reader_policy
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
@@ -393,16 +393,15 @@ def no_data_files(spark: SparkSession, path: str) -> bool:
 def table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], StructType]:
     """The table's properties and schema (logical column names), as of its latest version.
 
-    A local table is read by delta-rs: after a delta-rs commit there is no checksum file, and
-    the JVM's ``DeltaLog`` would rebuild the snapshot's metadata from the log with a Spark
-    job (figures: ``docs/PERFORMANCE.md``). Other tables, and a local one delta-rs cannot
-    read, are read from the ``DeltaLog``; where that class is not there (another Delta
+    A table delta-rs reaches (local, Azure) is read by it: after a delta-rs commit there is no
+    checksum file, and the JVM's ``DeltaLog`` would rebuild the snapshot's metadata from the
+    log with a Spark job (figures: ``docs/PERFORMANCE.md``). Other tables, and one delta-rs
+    cannot read, are read from the ``DeltaLog``; where that class is not there (another Delta
     distribution), from ``detail()`` and the read schema (a Spark job).
     """
-    if is_local(path):
-        found = delta_rs_table_metadata(path)
-        if found is not None:
-            return found
+    found = delta_rs_table_metadata(path)
+    if found is not None:
+        return found
     return jvm_table_metadata(spark, path)
 
 
@@ -422,13 +421,15 @@ def jvm_table_metadata(spark: SparkSession, path: str) -> tuple[dict[str, str], 
 
 
 def delta_rs_table_metadata(path: str) -> tuple[dict[str, str], StructType] | None:
-    """:func:`table_metadata` of a local table, by delta-rs; None where it cannot read it."""
-    from deltalake import DeltaTable
+    """:func:`table_metadata` by delta-rs; None where it cannot reach or read the table."""
     from deltalake.exceptions import DeltaError
     from pyspark.sql.types import StructType
 
+    where = delta_rs_path(path)
+    if where is None:
+        return None
     try:
-        table = DeltaTable(str(local_path(path)))
+        table = where.open()
         configuration = dict(table.metadata().configuration)
         schema = StructType.fromJson(json.loads(table.schema().to_json()))
     except DeltaError as exc:  # a table feature it does not read, say

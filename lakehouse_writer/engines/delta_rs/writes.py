@@ -14,7 +14,8 @@ engine. The rows reach it in one Spark job (``toArrow`` of the last row per key)
 (:meth:`DeltaRsWrites.takes`, asked by the router):
 
 - the batch gives the table at most ``max_rows`` rows;
-- the table is on a local file system (cloud paths need credentials delta-rs does not get);
+- delta-rs reaches the table's storage: a local path, or Azure's with the writer's
+  ``AZURE_STORAGE_*`` credential (:func:`~lakehouse_writer.runtime.storage.delta_rs_path`);
 - delta-rs writes every table feature the table has (:data:`WRITABLE_FEATURES`; a table
   whose column was widened has ``typeWidening``, which delta-rs 1.6 cannot write).
 
@@ -33,6 +34,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lakehouse_writer.engines.base import Declined, Write
+from lakehouse_writer.runtime.storage import delta_rs_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,8 +81,8 @@ class DeltaRsWrites:
         self._lock = threading.Lock()
 
     def writes(self, path: str) -> bool:
-        """True when tables at or below ``path`` may be written here (a local path)."""
-        return bool(self.max_rows) and _local(path)
+        """True when tables at or below ``path`` may be written here (delta-rs reaches it)."""
+        return bool(self.max_rows) and delta_rs_path(path) is not None
 
     def takes(self, table: TableInfo, rows: int) -> bool:
         """True when the MERGE of ``rows`` batch rows into ``table`` is done here."""
@@ -218,12 +220,13 @@ class DeltaRsWrites:
         The handle is kept between batches and updated from the commits since (whichever
         engine made them), not loaded again from the whole log.
         """
-        from deltalake import DeltaTable
-
         with self._lock:
             target = self._tables.get(table.path)
         if target is None:
-            target = DeltaTable(_local_path(table.path))
+            where = delta_rs_path(table.path)
+            if where is None:
+                return None
+            target = where.open()
         else:
             target.update_incremental()
         if not self._writable(target, table.path):
@@ -266,13 +269,3 @@ class DeltaRsWrites:
 
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _local(path: str) -> bool:
-    return path.startswith("/") or path.startswith("file:")
-
-
-def _local_path(path: str) -> str:
-    if path.startswith("file://"):
-        return path.removeprefix("file://")
-    return path.removeprefix("file:")
