@@ -270,8 +270,10 @@ def test_the_scan_decodes_only_the_topics_with_more_messages_than_the_driver_tak
     assert [e.entry.topic for e in lane.scanned(expected, ranges)] == ["big"]
     assert lane.scanned(expected, None) == expected  # ranges not known: all
     assert _lane(0).scanned(expected, ranges) == expected  # the driver's path off
-    cloud = _lane(100, "abfss://lake@account.dfs.core.windows.net/lake")
-    assert cloud.scanned(expected, ranges) == expected  # delta-rs does not write there
+    cloud = _lane(100, "s3a://bucket/lake")
+    assert cloud.scanned(expected, ranges) == expected  # delta-rs does not reach s3a://
+    azure = _lane(100, "abfss://lake@account.dfs.core.windows.net/lake")
+    assert [e.entry.topic for e in azure.scanned(expected, ranges)] == ["big"]  # it reaches
 
 
 def test_a_batch_is_read_into_the_driver_whole_only_when_all_it_holds_is_small():
@@ -281,7 +283,8 @@ def test_a_batch_is_read_into_the_driver_whole_only_when_all_it_holds_is_small()
     assert not _lane(100).reads_whole(ranges, {("a", 0): (0, 1)})  # held back rows read again
     assert not _lane(100).reads_whole(None, {})  # ranges not known
     assert not _lane(0).reads_whole(ranges, {})  # the driver's path off
-    assert not _lane(100, "abfss://lake@account.dfs.core.windows.net/lake").reads_whole(ranges, {})
+    assert not _lane(100, "s3a://bucket/lake").reads_whole(ranges, {})  # delta-rs: not there
+    assert _lane(100, "abfss://lake@account.dfs.core.windows.net/lake").reads_whole(ranges, {})
     # More messages than a table may have, in topics that each have few enough: read whole
     # as long as the batch has at most read_rows (LAKEHOUSE_DRIVER_READ_ROWS) messages.
     assert _lane(90, read_rows=100).reads_whole(ranges, {})  # topic a: 90, b: 10
