@@ -258,7 +258,8 @@ class BatchProcessor:
                 self._save_state(changes, batch_id)
             if self._names is not None:
                 with steps("catalog"):  # after the state: a failure loses and repeats nothing
-                    self._names.register_new(self._table_manager.created_tables())
+                    written = {*self._system.written, STATE}
+                    self._names.register_new(self._table_manager.created_tables(), written)
             self._finish(batch_id, applied.results, started, steps)
             self._maintenance.between_batches()
         finally:

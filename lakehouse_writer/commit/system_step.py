@@ -72,6 +72,7 @@ class SystemStep:
         self._ours = ours
         self._lake = settings.lakehouse_path.rstrip("/")
         self._commits = DeltaRsAppend(f"{self._lake}/{COMMITS}")  # where delta-rs may
+        self.written: set[str] = set()  # the system tables written by this process
 
     def commit_records(self, batch: ScannedBatch) -> tuple[list[CommitRecord], list[DataFrame]]:
         """The batch's commit records (few: one per producer transaction), and bad ones."""
@@ -116,6 +117,7 @@ class SystemStep:
             count = union.count()
             if count:
                 append_system(union, f"{self._lake}/{REJECTED}", self._instance, batch_id)
+                self.written.add(REJECTED)
                 log.warning("rows rejected batch=%d rows=%d table=%s", batch_id, count, REJECTED)
         finally:
             union.unpersist()
@@ -159,6 +161,7 @@ class SystemStep:
             if not self._append_commits(ordered, versions, stopped, batch_id):
                 frame = commit_frame(self._spark, ordered, versions, ours, stopped)
                 self._append_system(frame, COMMITS, batch_id)
+            self.written.add(COMMITS)
         if waiting:
             log.info(
                 "commits batch=%d written=%d pending=%d",
@@ -189,3 +192,4 @@ class SystemStep:
             lambda: append_system(frame, path, self._instance, batch_id),
             f"table={table} batch={batch_id}",
         )
+        self.written.add(table)

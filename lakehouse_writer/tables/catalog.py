@@ -45,8 +45,8 @@ from urllib.parse import unquote
 
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.runtime.session import quote_name
-from lakehouse_writer.tables.files import find_tables, is_table, list_names
-from lakehouse_writer.tables.manager import TableRef, _sql_str
+from lakehouse_writer.tables.files import find_tables
+from lakehouse_writer.tables.manager import TableRef, spark_sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,7 +121,7 @@ def register_sql(name: CatalogName, path: str) -> str:
 
     No columns, comments or properties: Delta takes them from the table's log.
     """
-    return f"CREATE TABLE IF NOT EXISTS {name.sql} USING DELTA LOCATION '{_sql_str(path)}'"
+    return f"CREATE TABLE IF NOT EXISTS {name.sql} USING DELTA LOCATION '{spark_sql_string(path)}'"
 
 
 def same_location(registered: str, path: str) -> bool:
@@ -198,19 +198,19 @@ class TableCatalog:
             self.register(table, path)
         return len(found)
 
-    def register_new(self, refs: Iterable[TableRef]) -> None:
-        """Register the tables ``refs`` and the system tables not registered yet.
+    def register_new(self, refs: Iterable[TableRef], system: Iterable[str] = ()) -> None:
+        """Register the tables ``refs`` and system tables ``system`` not registered yet.
+
+        ``system`` holds the ``_name``s of the system tables the writer has written: no
+        storage is listed.
 
         Raises:
             CatalogError: A table could not be registered.
         """
         for ref in refs:
             self.register(ref.qualified, ref.path(self._lakehouse))
-        for top in list_names(self._spark, self._lakehouse, dirs=True):
-            path = f"{self._lakehouse}/{top}"
-            if top.startswith(SYSTEM_PREFIX) and path not in self._done:
-                if is_table(self._spark, path):
-                    self.register(top, path)
+        for name in system:
+            self.register(name, f"{self._lakehouse}/{name}")
 
     def register(self, table: str, path: str) -> None:
         """Register ``table`` (``NAMESPACE.NAME`` or ``_name``) at ``path``, once a process.

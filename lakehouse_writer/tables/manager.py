@@ -492,7 +492,7 @@ def create_table_sql(path: str, schema: ValueSchema, policy: ReaderPolicy = EVER
     columns = ", ".join(
         f"{quote_name(item.name)} {item.type.to_spark()}"
         + ("" if item.nullable else " NOT NULL")
-        + (f" COMMENT '{_sql_str(item.doc)}'" if item.doc else "")
+        + (f" COMMENT '{spark_sql_string(item.doc)}'" if item.doc else "")
         for item in schema_fields(schema)
     )
     cluster = (
@@ -500,9 +500,9 @@ def create_table_sql(path: str, schema: ValueSchema, policy: ReaderPolicy = EVER
         if schema.cluster_columns
         else ""
     )
-    comment = f" COMMENT '{_sql_str(schema.doc)}'" if schema.doc else ""
+    comment = f" COMMENT '{spark_sql_string(schema.doc)}'" if schema.doc else ""
     properties = ", ".join(
-        f"'{_sql_str(key)}' = '{_sql_str(value)}'"
+        f"'{spark_sql_string(key)}' = '{spark_sql_string(value)}'"
         for key, value in table_properties(schema, policy).items()
     )
     return (
@@ -543,7 +543,7 @@ def _evolve(
     if added and properties.get(STATS_COLUMNS_PROPERTY, stats) != stats:  # a table of ours
         spark.sql(
             f"ALTER TABLE {target} SET TBLPROPERTIES "
-            f"('{STATS_COLUMNS_PROPERTY}' = '{_sql_str(stats)}')"
+            f"('{STATS_COLUMNS_PROPERTY}' = '{spark_sql_string(stats)}')"
         )
     _recluster(spark, target, properties, schema, ref)
 
@@ -563,7 +563,7 @@ def _recluster(
     spark.sql(f"ALTER TABLE {target} CLUSTER BY {columns}")
     spark.sql(
         f"ALTER TABLE {target} SET TBLPROPERTIES "
-        f"('{CLUSTER_BY_PROPERTY}' = '{_sql_str(json.dumps(wanted))}')"
+        f"('{CLUSTER_BY_PROPERTY}' = '{spark_sql_string(json.dumps(wanted))}')"
     )
     log.info("clustering changed table=%s cluster_by=%s", ref.qualified, wanted)
 
@@ -580,7 +580,7 @@ def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) 
 
 
 def _add_column(spark: SparkSession, target: str, item: AvroField, ref: TableRef) -> None:
-    comment = f" COMMENT '{_sql_str(item.doc)}'" if item.doc else ""
+    comment = f" COMMENT '{spark_sql_string(item.doc)}'" if item.doc else ""
     column = f"{quote_name(item.name)} {item.type.to_spark()}{comment}"
     spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({column})")
     log.info(
@@ -664,7 +664,7 @@ def can_widen(old: DataType, new: DataType) -> bool:
     return a == b
 
 
-def _sql_str(text: str) -> str:
+def spark_sql_string(text: str) -> str:
     r"""``text`` as the body of a SQL string literal.
 
     ``$`` goes as the escape ``\u0024``: Spark substitutes ``${...}`` in a statement's text
