@@ -26,6 +26,9 @@ updated 10 and deleted 2 in each. ``steps_*``: the writer's own seconds per step
     ends counts with the time it waited (``latency_not_visible`` says how many: the
     percentiles are then lower bounds).
 
+``--storage azurite`` puts the lakehouse on Azurite (the Azure Storage emulator's Blob API,
+``wasb://`` through hadoop-azure, ``az://`` through delta-rs; the checkpoint stays local), to see
+what object storage costs beside a local disk; (c) is not run there.
 ``--event-log DIR`` keeps Spark's event log there (which jobs a table's apply runs);
 ``--conf KEY=VALUE`` sets a Spark setting of the writer's session, to compare settings (the
 result names them). The broker is ``KAFKA_BOOTSTRAP_SERVERS``, else the devstack broker.
@@ -35,6 +38,7 @@ Figures go to ``docs/PERFORMANCE.md``. Last line: ``RESULT {json}``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -45,6 +49,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +65,7 @@ from devstack import broker  # noqa: E402
 from lakehouse_writer import job  # noqa: E402
 from lakehouse_writer.read.catalog import SCHEMAS_TOPIC  # noqa: E402
 from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
+from lakehouse_writer.runtime.storage import delta_rs_path, is_local  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
 from lakehouse_writer.tables.manager import TableRef  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
@@ -69,6 +76,7 @@ from producer_lib.settings import KafkaSettings  # noqa: E402
 log = logging.getLogger("bench.tables")
 
 UPDATES, DELETES = 10, 2  # changed rows per table in (b)
+AZURITE_PORT = 10000  # hadoop-azure's emulator mode knows no other
 LATENCY_TABLES = 10  # tables a transaction of (c) updates (UPDATES rows each)
 LATENCY_TIMEOUT_S = 120.0
 BATCH_SIZE = 10_000
@@ -222,6 +230,11 @@ def phase_latency(
 
 def last_commits(table: str, after: int) -> list[dict[str, Any]]:
     """The ``commitInfo`` of the versions of ``table`` after ``after``, oldest first."""
+    if not is_local(table):  # object storage: delta-rs reads the log
+        where = delta_rs_path(table)
+        assert where is not None, table
+        history = where.open().history()
+        return sorted((h for h in history if h["version"] > after), key=lambda h: h["version"])
     infos = []
     for path in sorted((Path(table) / "_delta_log").glob("[0-9]*.json")):
         if path.stem.isdigit() and int(path.stem) > after:
@@ -274,7 +287,7 @@ def checked(
         return check_tables(paths, after, phase, expect)
     except RuntimeError as exc:
         rejected = f"{settings.lakehouse_path}/_rejected"
-        if not Path(rejected).exists():
+        if is_local(rejected) and not Path(rejected).exists():
             raise
         reasons = spark.read.format("delta").load(rejected).select("error").distinct().take(3)
         raise RuntimeError(f"{exc}; rejected: {[r.error for r in reasons]}") from exc
@@ -329,12 +342,12 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     settings_given = dict(item.split("=", 1) for item in args.conf)  # --conf
     steps = StepTimes()
     logging.getLogger("lakehouse_writer").addHandler(steps)
-    with tempfile.TemporaryDirectory(prefix="bench_tables_") as work:
+    with tempfile.TemporaryDirectory(prefix="bench_tables_") as work, storage(args, work) as lake:
         con = make_source(args.rows)
         producer = KafkaProducer(
             "BENCH", f"bench_tables_{tag}", "bench", "bench", kafka, duckdb_connection=con
         )
-        conf = dict(settings_given)
+        conf = dict(settings_given) | lake.conf
         if args.event_log:
             conf |= {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log}
         started = time.perf_counter()
@@ -343,7 +356,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {"spark_start_s": round(time.perf_counter() - started, 2)}
         settings = LakehouseSettings(
             **{
-                "LAKEHOUSE_PATH": f"{work}/lake",
+                "LAKEHOUSE_PATH": lake.path,
                 "LAKEHOUSE_CHECKPOINT_PATH": f"{work}/checkpoint",
                 "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
                 "LAKEHOUSE_TOPICS_REGEX": f"{prefix}.*|_commits",
@@ -400,6 +413,7 @@ def run(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         "rows_per_table": args.rows,
         "partitions": args.partitions,
         "conf": settings_given,
+        "storage": args.storage,
         "s_per_table_initial": round(result["initial_drain_s"] / args.tables, 3),
         "s_per_table_delta": round(result["delta_drain_s"] / args.tables, 3),
         "load_avg_1m_before": round(load_before, 2),
@@ -418,6 +432,40 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
             log.warning("topic %s not deleted: %s", topic, exc)
 
 
+@dataclass
+class Lake:
+    """Where the bench's lakehouse is, and the session settings that reach it."""
+
+    path: str
+    conf: dict[str, str]
+
+
+@contextlib.contextmanager
+def storage(args: argparse.Namespace, work: str) -> Iterator[Lake]:
+    """A local lakehouse in ``work``, or one on an Azurite started for the run."""
+    if args.storage == "local":
+        yield Lake(f"{work}/lake", {})
+        return
+    from azure.storage.blob import BlobServiceClient
+
+    from devstack.azurite import ACCOUNT, Azurite
+    from lakehouse_writer.runtime.azure import hadoop_settings
+    from producer_lib.settings import AzureStorageSettings
+
+    service = Azurite(Path(work) / "azurite", AZURITE_PORT)
+    service.start()
+    try:
+        client = BlobServiceClient.from_connection_string(service.connection_string())
+        client.create_container("lake")
+        os.environ["AZURITE_BLOB_STORAGE_URL"] = service.blob_url  # delta-rs' emulator
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"] = "UseDevelopmentStorage=true"
+        path = f"wasb://lake@{ACCOUNT}/lake"
+        credential = AzureStorageSettings(connection_string="UseDevelopmentStorage=true")
+        yield Lake(path, hadoop_settings(credential, path))
+    finally:
+        service.stop()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=100, help="tables (one topic each)")
@@ -428,6 +476,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=60,
         help="seconds of the steady stream in (c); 0: skip it",
+    )
+    parser.add_argument(
+        "--storage",
+        choices=("local", "azurite"),
+        default="local",
+        help="where the lakehouse is: a temp folder, or Azurite (Azure Blob through wasb://)",
     )
     parser.add_argument("--event-log", default=None, help="keep Spark's event log in this dir")
     parser.add_argument(
@@ -445,6 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.tables < 1 or args.rows < 100:
         parser.error("--tables must be at least 1 and --rows at least 100")
+    if args.storage == "azurite" and args.latency_seconds:
+        parser.error("--storage azurite takes --latency-seconds 0 ((c) reads _commits locally)")
     if any("=" not in item for item in args.conf):
         parser.error("--conf takes KEY=VALUE")
     return args
