@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,6 +40,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.read.commits import BadCommitRecord, CommitRecord
 from lakehouse_writer.read.ranges import OffsetRanges, offset_ranges, range_read
+from producer_lib.kafka.topic_reader import consumer_config
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -338,15 +338,13 @@ class Holdback:
     def _open(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(
-                {
-                    **self._conf,
-                    "group.id": f"lakehouse-writer-holdback-{uuid.uuid4()}",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "isolation.level": "read_committed",
+                consumer_config(
+                    self._conf,
+                    purpose="lakehouse-writer-holdback",
                     # The end of a partition is known from a fetch that finds nothing; at the
                     # default (500 ms) every batch's plan waited that long for it.
-                    "fetch.wait.max.ms": 10,
-                }
+                    fetch_wait_max_ms=10,
+                    auto_offset_reset="largest",  # librdkafka's default, as before
+                )
             )
         return self._consumer

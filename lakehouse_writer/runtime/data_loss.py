@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,13 +124,10 @@ def log_start_offset(
     """The first offset ``topic``/``partition`` holds now; None when Kafka does not say."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    from producer_lib.kafka.topic_reader import consumer_config
+
     consumer = Consumer(
-        {
-            **kafka_conf,
-            "group.id": f"lakehouse-writer-gap-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
+        {**consumer_config(kafka_conf, purpose="lakehouse-writer-gap"), "log_level": 3}
     )
     try:
         low, _high = consumer.get_watermark_offsets(
