@@ -34,6 +34,7 @@ def source_counts(path) -> dict[str, int]:
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
 
 
+@pytest.mark.slow  # 4 s: keeps the fast suite under 5 minutes
 def test_initial_load_publishes_every_table_as_one_snapshot(tpch_env):
     result = asyncio.run(TpchFlow().run("initial"))
     counts = source_counts(tpch_env["source"])

@@ -34,6 +34,7 @@ def _rows(first: int, count: int, time: int) -> list[dict]:
 
 @pytest.mark.kafka
 @pytest.mark.spark
+@pytest.mark.slow  # starts Spark: 6 s of the 5-minute fast suite
 def test_a_run_with_nothing_new_starts_no_spark_and_new_rows_start_it_again(
     spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch, caplog
 ):

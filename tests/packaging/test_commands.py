@@ -64,6 +64,7 @@ def test_the_databricks_task_entry_point_says_its_version_too(capsys):
     assert capsys.readouterr().out == f"lakehouse-writer {installed_version()}\n"
 
 
+@pytest.mark.slow  # a process per subcommand: 14 s in all
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_is_written_for_users(command):
     top = _run(command, "--help")

@@ -100,6 +100,7 @@ def test_warn_produces_every_row_and_reports_the_failures(flow) -> None:
     assert record["status"] == "COMPLETED" and record["expectations"] == {"SHOP.ORDERS": report}
 
 
+@pytest.mark.slow  # 6 s: keeps the fast suite under 5 minutes
 def test_drop_sends_the_failing_rows_to_rejected_rows_in_the_same_transaction(flow) -> None:
     def declare(schema):
         schema.expect('"AMOUNT" >= 0', name="amount_positive", action="drop")
