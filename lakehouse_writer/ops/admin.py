@@ -135,6 +135,10 @@ def render_text(report: StatusReport) -> str:
         + ("" if report.stopped_tables else " none"),
         *(f"  {t}: {e}" for t, e in sorted(report.stopped_tables.items())),
     ]
+    slow = status.get("off_fast_path") or {}
+    if slow:  # written by Spark, not delta-rs in the driver: slower, same result
+        lines.append(f"tables off the fast path ({len(slow)}):")
+        lines += [f"  {t}: {reason}" for t, reason in sorted(slow.items())]
     if status.get("error"):
         lines.append(f"error: {status['error']}")
         lines.append(f"trace: {status.get('error_trace') or '-'}")

@@ -134,6 +134,16 @@ def test_a_healthy_writer_exits_0_and_shows_its_last_batch(where, capsys):
     assert "rows applied (last batch): SHOP.ORDERS=12" in out and "lag (offsets): orders=3" in out
     assert "stopped tables (0, from _writer_state): none" in out
     assert f"monitor group: lakehouse-writer-{ME}" in out
+    assert "off the fast path" not in out  # every table took it
+
+
+def test_tables_off_the_fast_path_are_listed_and_still_healthy(where, capsys):
+    reason = "delta-rs cannot reach s3a:// storage"
+    stats = BatchStats(state="running", batch_id=2, off_fast_path={"SHOP.ORDERS": reason})
+    write_status(str(where[1]), stats)
+    code, out, _ = _cli(capsys, "status", *_args(where))
+    assert code == 0, out  # slower, not wrong
+    assert f"tables off the fast path (1):\n  SHOP.ORDERS: {reason}" in out
 
 
 def test_a_stopped_table_in_the_state_exits_1_naming_it_also_as_json(where, capsys):
