@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from lakehouse_writer.errors import LakehouseWriterError
+from producer_lib.errors import ConfigError
 from producer_lib.settings import AzureStorageSettings
 
 __all__ = [
@@ -42,8 +43,11 @@ _OAUTH = "org.apache.hadoop.fs.azurebfs.oauth2"
 _TOKEN_ENDPOINT = "https://login.microsoftonline.com/{tenant}/oauth2/token"
 
 
-class AzureStorageUnusable(LakehouseWriterError):
-    """The Azure settings cannot reach a path (a key for OneLake, a token for WASB, ...)."""
+class AzureStorageUnusable(LakehouseWriterError, ConfigError):
+    """The Azure settings cannot reach a path (a key for OneLake, a token for WASB, ...).
+
+    A setting is wrong: the commands exit 2, as for any other bad setting.
+    """
 
 
 @dataclass(frozen=True)

@@ -98,3 +98,13 @@ def test_tables_off_the_fast_path_are_in_the_status_and_the_metrics(tmp_path):
     assert not [k for k in second if k.startswith(name)]  # gone once no table left
     status = json.loads((tmp_path / "ckpt" / "writer_status.json").read_text())
     assert status["off_fast_path"] == {}
+
+
+def test_a_credential_that_cannot_open_the_lakehouse_is_a_bad_setting(azure_env, capsys):
+    from lakehouse_writer.cli import main
+
+    azure_env.setenv("AZURE_STORAGE_CONNECTION_STRING", KEY)
+    code = main(["status", "--lakehouse", ONELAKE, "--checkpoint", f"{ONELAKE}/../Files/ckpt"])
+    err = capsys.readouterr().err
+    assert code == 2  # a wrong setting, before any JVM starts
+    assert "OneLake takes Entra ID tokens only" in err and "s3cr3t" not in err
