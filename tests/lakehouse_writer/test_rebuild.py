@@ -276,3 +276,28 @@ def test_a_rebuild_refuses_when_early_offsets_are_gone(
         err = capsys.readouterr().err
         assert f"{lake.topic} partition 0: first retained offset 3, needs 0" in err, err
         assert lake.version() == version
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.slow
+def test_offsets_gone_before_the_last_reload_do_not_stop_a_rebuild(
+    spark, kafka_bootstrap, kafka_admin, tmp_path, capsys
+) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        lake = _make_lake(tmp_path, kafka_admin, kafka_bootstrap, "rb_reload", mp)
+        old = [_row(1, 10, "I"), _row(2, 10, "I")]  # offsets 0, 1 (2: the commit marker)
+        reload = [_row(0, 20, "T", __truncate=None), _row(3, 20, "R"), _row(4, 20, "R")]
+        for rows in (old, reload):
+            produce_transaction(kafka_bootstrap, lake.topic, ORDERS, rows)
+        lake.run()
+        made = _rows(spark, lake)
+        for future in kafka_admin.delete_records([TopicPartition(lake.topic, 0, 3)]).values():
+            future.result(timeout=30)
+        spark.sql(f"DELETE FROM delta.`{lake.table}` WHERE ID = 3")
+        capsys.readouterr()
+        assert main(lake.rebuild) == 0
+        out = capsys.readouterr().out
+        assert "offsets 3..6" in out and "TRUNCATE at" in out and "offset 3" in out, out
+        assert _rows(spark, lake) == made
+        assert sorted(r[0] for r in made) == [3, 4]
