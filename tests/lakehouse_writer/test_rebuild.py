@@ -301,3 +301,36 @@ def test_offsets_gone_before_the_last_reload_do_not_stop_a_rebuild(
         assert "offsets 3..6" in out and "TRUNCATE at" in out and "offset 3" in out, out
         assert _rows(spark, lake) == made
         assert sorted(r[0] for r in made) == [3, 4]
+
+
+KILLED_AFTER_SWAP = """
+import os, signal, sys
+from lakehouse_writer import cli
+from lakehouse_writer.ops import rebuild
+
+swap = rebuild._swap
+
+def swapped_then_killed(*args, **kwargs):
+    swap(*args, **kwargs)
+    print("rebuild killed after the swap", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+rebuild._swap = swapped_then_killed
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_rebuild_killed_after_its_swap_leaves_the_exact_table(spark, lake, tmp_path) -> None:
+    the_lake, rows = lake
+    _damage(spark, the_lake)
+    version = the_lake.version()
+    rc = _killed_run(the_lake, KILLED_AFTER_SWAP, tmp_path / "rebuild.log")
+    text = (tmp_path / "rebuild.log").read_text(errors="replace")
+    assert rc == -signal.SIGKILL and "killed after the swap" in text, text[-3000:]
+    assert _rows(spark, the_lake) == rows and the_lake.version() == version + 1
+    assert main(the_lake.rebuild) == 0  # a new rebuild: the same rows again, no duplicate
+    assert _rows(spark, the_lake) == rows
+    assert not (the_lake.root / SIDE / TABLE).exists()
