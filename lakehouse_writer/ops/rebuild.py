@@ -334,9 +334,10 @@ def _check_history(
 
 def _swap(spark: SparkSession, side: str, target: str, table: str, number: int) -> None:
     """Replace the table's rows by the side table's in one commit, once as rebuild ``number``."""
+    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    if not _is_table(spark, side):
+    if not DeltaTable.isDeltaTable(spark, side):
         return  # no row of the table is retained: nothing to build (the check allowed it)
     built = spark.read.format("delta").load(side)
     have = set(built.columns)
@@ -354,12 +355,6 @@ def _swap(spark: SparkSession, side: str, target: str, table: str, number: int) 
         .save(target)
     )
     log.warning("rebuild swapped table=%s rebuild=%d", table, number)
-
-
-def _is_table(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
 
 
 def _delete(spark: SparkSession, path: str) -> None:
