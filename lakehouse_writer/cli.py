@@ -5,8 +5,9 @@ operator's commands (:mod:`lakehouse_writer.ops.admin`, docs/OPERATIONS.md); ``m
 [--table NAMESPACE.NAME ...] [--dry-run]`` compacts, vacuums and checkpoints the tables
 (:mod:`lakehouse_writer.tables.maintain`); ``replay-rejected [--table NAMESPACE.NAME]
 [--since ISO_TIME] [--dry-run]`` applies the rejected rows whose cause is fixed
-(:mod:`lakehouse_writer.ops.replay`); ``ui [--host H] [--port P]`` serves the status page
-(:mod:`lakehouse_writer.ops.ui`). ``run`` serves
+(:mod:`lakehouse_writer.ops.replay`); ``rebuild --table NAMESPACE.NAME [--dry-run]``
+recreates a table from its topics (:mod:`lakehouse_writer.ops.rebuild`); ``ui [--host H]
+[--port P]`` serves the status page (:mod:`lakehouse_writer.ops.ui`). ``run`` serves
 metrics and commits to a monitoring consumer group as ``LAKEHOUSE_METRICS_PORT`` and
 ``LAKEHOUSE_MONITOR_GROUP`` say (:mod:`lakehouse_writer.ops.watch`).
 
@@ -156,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     maintain.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     _replay_parser(sub, [where, spark])
+    _rebuild_parser(sub, [where, spark])
     _ui_parser(sub, [where, spark])
     return parser
 
@@ -183,6 +185,27 @@ def _replay_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "--bootstrap-servers",
         metavar="HOST:PORT",
         help="Kafka, for the schemas topic (KAFKA_BOOTSTRAP_SERVERS)",
+    )
+
+
+def _rebuild_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    rebuild = sub.add_parser(
+        "rebuild",
+        parents=parents,
+        help="recreate one table from its topics' retained offsets, exactly once",
+        description="Read the table's rows again from the earliest offsets its topics retain "
+        "up to where the writer stands, apply them into a side table through the writer's "
+        "decode and rules, and swap them in with one Delta commit. Refuses, naming topic, "
+        "partition and offsets, when the topics lost part of the table's history since its "
+        "last TRUNCATE. Stop the writer first. Exit code 0: done, 1: refused or failed, 2: "
+        "bad arguments or settings.",
+    )
+    rebuild.add_argument("--table", required=True, metavar="NAMESPACE.NAME", help="the table")
+    rebuild.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    rebuild.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka (KAFKA_BOOTSTRAP_SERVERS)",
     )
 
 
@@ -297,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``run``: 1 failed, 2 bad settings. ``status``: 0 healthy, 1 failed or a table stopped,
     2 bad settings, 3 no status yet. ``resume-table``: 0 resumed, 1 refused, 2 bad settings.
     ``maintain``: 0 every table done, 1 a table failed (named), 2 bad settings.
-    ``replay-rejected``: 0 done, 1 refused or failed, 2 bad arguments or settings. ``ui``: 0
+    ``replay-rejected`` and ``rebuild``: 0 done, 1 refused or failed, 2 bad arguments or
+    settings. ``ui``: 0
     stopped by a signal, 1 cannot listen, 2 bad settings (no authentication beyond loopback).
     """
     from lakehouse_writer.errors import WriterFailed
@@ -476,6 +500,7 @@ def admin_command(args: argparse.Namespace) -> int:
     """``status``, ``resume-table``, ``maintain``, ``replay-rejected`` or ``ui``: exit code."""
     from lakehouse_writer.errors import LakehouseWriterError
     from lakehouse_writer.ops.admin import resume_command, status_command
+    from lakehouse_writer.ops.rebuild import rebuild_command
     from lakehouse_writer.ops.replay import replay_command
     from lakehouse_writer.settings import LakehouseSettings
     from lakehouse_writer.tables.maintain import maintain_command
@@ -495,6 +520,8 @@ def admin_command(args: argparse.Namespace) -> int:
             return status_command(settings, session, as_json=args.json)
         if args.command == "replay-rejected":
             return replay_command(settings, session, args.table, args.since, args.dry_run)
+        if args.command == "rebuild":
+            return rebuild_command(settings, session, args.table, args.dry_run)
         return resume_command(settings, session, args.table, args.force)
     except ConfigError as exc:
         say_error("lakehouse-writer", str(exc))
