@@ -1,9 +1,10 @@
-"""Tables found by name in a real Hive metastore (embedded Derby), from another process.
+"""Tables found by name in a real Hive metastore (embedded Derby), from other processes.
 
-Three JVMs, one after the other (embedded Derby takes one at a time): a writer without a
-catalog, the same writer restarted with ``LAKEHOUSE_CATALOG=spark_catalog``, then a second
+Four JVMs, one after the other (embedded Derby takes one at a time): a writer without a
+catalog, the same writer restarted with ``LAKEHOUSE_CATALOG=spark_catalog``, a second
 Python process with its own session on the same metastore
-(:mod:`tests.support.catalog_reader`).
+(:mod:`tests.support.catalog_reader`), then Spark's Thrift server (HiveServer2) on it, queried
+over Thrift by PyHive (:mod:`tests.support.thrift_server`), as a BI tool would.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from pyhive import hive
 
 from producer_lib.schema import AvroNVarchar
 from tests.support.catalog_reader import hive_conf
+from tests.support.thrift_server import thrift_server
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
 
 WRITER = str(Path(sys.executable).parent / "lakehouse-writer")
@@ -36,6 +39,26 @@ def _rows(ids: range, **more: object) -> list[dict]:
         {"ID": i, "NAME": f"n{i}", "__change_type": "I", "__change_time": T0 + i, **more}
         for i in ids
     ]
+
+
+def _over_hiveserver2(port: int) -> dict[str, object]:
+    """What a HiveServer2 client finds: tables, rows by name, ``DESCRIBE TABLE EXTENDED``."""
+    with hive.connect(host="127.0.0.1", port=port, auth="NOSASL") as connection:
+        cursor = connection.cursor()
+
+        def query(sql: str) -> list[tuple]:
+            cursor.execute(sql)
+            return cursor.fetchall()
+
+        described = query("DESCRIBE TABLE EXTENDED shop.orders")
+        return {
+            "tables": sorted(r[1] for r in query("SHOW TABLES IN shop")),
+            "orders": sorted(query("SELECT ID, STATUS FROM shop.orders")),
+            "kunden": sorted(r[0] for r in query("SELECT ID FROM shop.kunden_")),
+            "rejected": query("SELECT count(*) FROM lakehouse_system._rejected")[0][0],
+            "columns": {r[0]: r[2] for r in described[: [r[0] for r in described].index("")]},
+            "detail": {r[0]: r[1] for r in described if r[0] and not r[0].startswith("#")},
+        }
 
 
 @pytest.mark.slow
@@ -119,3 +142,14 @@ def test_a_writer_registers_its_tables_and_another_process_finds_them_by_name(
     assert "flow.owner_email=owner@example.com" in found["properties"]
     assert 'flow.primary_keys=["ID"]' in found["properties"]
     assert found["location"] == f"file:{lake}/SHOP/ORDERS"
+
+    # A HiveServer2 client (PyHive over Thrift) on Spark's Thrift server, same metastore.
+    with thrift_server(str(meta), work, env) as port:
+        served = _over_hiveserver2(port)
+    assert served["tables"] == ["early", "kunden_", "orders"]
+    assert served["orders"] == [(1, None), (2, None), (3, None), (4, "new"), (5, "new")]
+    assert served["kunden"] == [7, 8] and served["rejected"] == 1
+    assert served["columns"]["STATUS"] == "order status"  # the evolved column
+    assert served["detail"]["Comment"] == "orders of the shop"
+    assert "flow.owner_email=owner@example.com" in served["detail"]["Table Properties"]
+    assert 'flow.primary_keys=["ID"]' in served["detail"]["Table Properties"]
