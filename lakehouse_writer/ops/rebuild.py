@@ -55,7 +55,7 @@ from lakehouse_writer.read.decode import decode_batch, source_options
 from lakehouse_writer.read.framing import HEADER, header_column
 from lakehouse_writer.read.ranges import OffsetRanges, range_read
 from lakehouse_writer.route.router import Router, TableRows
-from lakehouse_writer.runtime.storage import is_local, local_path
+from lakehouse_writer.runtime.storage import delta_rs_path, is_local, local_path
 from lakehouse_writer.tables.manager import TableManager, TableRef
 
 if TYPE_CHECKING:
@@ -219,10 +219,20 @@ def _earliest(conf: Mapping[str, Any], partitions: list[tuple[str, int]]) -> dic
 
 
 def _last_rebuild(path: str, table: str) -> int:
-    """The txnVersion of the table's last rebuild swap (-1: none)."""
-    from deltalake import DeltaTable
+    """The txnVersion of the table's last rebuild swap (-1: none).
 
-    done = DeltaTable(path).transaction_version(ids.app_id_for(REBUILD_INSTANCE, table))
+    Raises:
+        RebuildRefused: delta-rs cannot reach the lakehouse's storage (not local, not Azure).
+    """
+    where = delta_rs_path(path)
+    if where is None:
+        raise RebuildRefused(
+            "rebuild reads the table's transaction ids with delta-rs, which cannot reach "
+            "this storage (a local path or Azure's abfss:// and wasbs:// can be rebuilt)",
+            table=table,
+            path=path,
+        )
+    done = where.open().transaction_version(ids.app_id_for(REBUILD_INSTANCE, table))
     return -1 if done is None else int(done)
 
 
