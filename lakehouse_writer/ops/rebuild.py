@@ -38,7 +38,6 @@ and a write of a running writer to the table during the rebuild would be lost in
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,14 +48,16 @@ from lakehouse_writer.commit.truncate_log import TruncateLog
 from lakehouse_writer.engines import ids
 from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
 from lakehouse_writer.errors import LakehouseWriterError
-from lakehouse_writer.ops.replay import _refuse_if_running, check_table_name
+from lakehouse_writer.ops.replay import check_table_name, refuse_if_running
 from lakehouse_writer.read.catalog import SchemaCatalog
 from lakehouse_writer.read.decode import decode_batch, source_options
 from lakehouse_writer.read.framing import HEADER, header_column
 from lakehouse_writer.read.ranges import OffsetRanges, range_read
 from lakehouse_writer.route.router import Router, TableRows
-from lakehouse_writer.runtime.storage import delta_rs_path, is_local, local_path
+from lakehouse_writer.runtime.storage import delta_rs_path
+from lakehouse_writer.tables.files import delete_tree
 from lakehouse_writer.tables.manager import TableManager, TableRef
+from producer_lib.kafka.topic_reader import consumer_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -134,7 +135,7 @@ def rebuild_table(
     """
     check_table_name(table)
     lake = settings.lakehouse_path.rstrip("/")
-    _refuse_if_running(settings.checkpoint_path, spark)
+    refuse_if_running(settings.checkpoint_path, spark, "rebuild", RebuildRefused)
     namespace, name = table.split(".")
     ref = TableRef(namespace, name)
     _check_exists(spark, lake, ref)
@@ -142,7 +143,7 @@ def rebuild_table(
     plan = RebuildPlan(table, dry_run=dry_run, number=_last_rebuild(ref.path(lake), table) + 1)
     plan.ranges = _ranges(spark, settings, lake, _topics_of(catalog, table))
     side = tempfile.mkdtemp(prefix="rebuild-") if dry_run else f"{lake}/{SIDE}/{table}"
-    _delete(spark, side)
+    delete_tree(spark, side)
     rows = _read(spark, settings, plan.ranges)
     try:
         _build(spark, settings, lake, side, ref, rows, catalog, plan)
@@ -151,7 +152,7 @@ def rebuild_table(
     finally:
         if rows is not None:
             rows.unpersist()
-        _delete(spark, side)
+        delete_tree(spark, side)
     return plan
 
 
@@ -206,9 +207,7 @@ def _earliest(conf: Mapping[str, Any], partitions: list[tuple[str, int]]) -> dic
     """The first offset each partition still holds (its low watermark)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {**conf, "group.id": "lakehouse-writer-rebuild", "enable.auto.commit": False}
-    )
+    consumer = Consumer(consumer_config(conf, purpose="lakehouse-writer-rebuild"))
     try:
         return {
             (t, p): int(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30)[0])
@@ -365,17 +364,6 @@ def _swap(spark: SparkSession, side: str, target: str, table: str, number: int) 
         .save(target)
     )
     log.warning("rebuild swapped table=%s rebuild=%d", table, number)
-
-
-def _delete(spark: SparkSession, path: str) -> None:
-    """Delete the side tables' folder (local, or through Hadoop's FileSystem)."""
-    if is_local(path):
-        shutil.rmtree(local_path(path), ignore_errors=True)
-        return
-    jvm: Any = spark._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-    hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
 
 
 # -- the command --------------------------------------------------------------------------------

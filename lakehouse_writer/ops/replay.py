@@ -139,7 +139,7 @@ def replay_rejected(
     """
     lake = settings.lakehouse_path.rstrip("/")
     check_table_name(table)
-    _refuse_if_running(settings.checkpoint_path, spark)
+    refuse_if_running(settings.checkpoint_path, spark)
     replay_id, rows, resumed = _select(spark, lake, table, since)
     catalog = SchemaCatalog(settings.kafka_client_conf(), settings.schemas_topic, settings.registry)
     if rows is not None and table is not None and not resumed:
@@ -316,13 +316,23 @@ def _stopped(spark: SparkSession, lake: str, checkpoint: str) -> dict[str, str]:
     return {s.table: s.error for s in StateTable(lake, spark).stopped() if s.instance == instance}
 
 
-def _refuse_if_running(checkpoint: str, spark: SparkSession) -> None:
+def refuse_if_running(
+    checkpoint: str,
+    spark: SparkSession,
+    then: str = "replay",
+    refused: type[LakehouseWriterError] = ReplayRefused,
+) -> None:
+    """Raise ``refused`` while a writer runs on ``checkpoint`` (its status, fresh).
+
+    Raises:
+        LakehouseWriterError: ``refused``, saying to stop the writer and then ``then``.
+    """
     status = read_status(checkpoint, spark) or {}
     age = status_age_s(status)
     if status.get("state") == "running" and (age is None or age <= _ALIVE_S):
-        raise ReplayRefused(
+        raise refused(
             "a writer runs on this checkpoint (status 'running'); stop it first "
-            "(SIGTERM: it stops after its batch), then replay",
+            f"(SIGTERM: it stops after its batch), then {then}",
             checkpoint=checkpoint,
         )
 

@@ -10,6 +10,7 @@ wherever it wrote it. Tables sit at ``<lakehouse>/<namespace>/<name>`` and syste
 from __future__ import annotations
 
 import os
+import shutil
 from typing import TYPE_CHECKING, Any
 
 from lakehouse_writer.runtime.storage import is_local, local_path
@@ -135,6 +136,15 @@ def list_names(spark: SparkSession, path: str, dirs: bool) -> list[str]:
     if not fs.exists(fs_path):
         return []
     return [s.getPath().getName() for s in fs.listStatus(fs_path) if s.isDirectory() == dirs]
+
+
+def delete_tree(spark: SparkSession, path: str) -> None:
+    """Delete the folder ``path`` and everything below it (nothing there: nothing done)."""
+    if is_local(path):
+        shutil.rmtree(local_path(path), ignore_errors=True)
+        return
+    fs, fs_path = _hadoop(spark, path)
+    fs.delete(fs_path, True)
 
 
 def _hadoop(spark: SparkSession, path: str) -> tuple[Any, Any]:
