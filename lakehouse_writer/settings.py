@@ -114,6 +114,9 @@ class LakehouseSettings(EnvSettings):
         gdpr_completion_hours: A GDPR delete is gone from every file of its table at the
             first maintenance pass this many hours after it
             (``LAKEHOUSE_GDPR_COMPLETION_HOURS``).
+        tombstone_retention_hours: A delete's tombstone (the key and its change time, so an
+            older row arriving later loses) is removed by the first maintenance pass this many
+            hours after the delete's change time (``LAKEHOUSE_TOMBSTONE_RETENTION_HOURS``).
         small_file_bytes: A data file smaller than this is small; only small files are
             compacted (``LAKEHOUSE_SMALL_FILE_BYTES``).
         compact_min_files: A table is compacted when it has at least this many small files
@@ -182,6 +185,10 @@ class LakehouseSettings(EnvSettings):
     gdpr_completion_hours: float = Field(
         24.0, ge=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_GDPR_COMPLETION_HOURS"
     )
+    # As long as a change topic keeps its rows (producer_lib's default: 7 days).
+    tombstone_retention_hours: float = Field(
+        168.0, ge=0, allow_inf_nan=False, validation_alias="LAKEHOUSE_TOMBSTONE_RETENTION_HOURS"
+    )
     small_file_bytes: int = Field(32 << 20, ge=0, validation_alias="LAKEHOUSE_SMALL_FILE_BYTES")
     compact_min_files: int = Field(16, ge=0, validation_alias="LAKEHOUSE_COMPACT_MIN_FILES")
     catalog: str | None = Field(None, validation_alias="LAKEHOUSE_CATALOG")
@@ -199,6 +206,7 @@ class LakehouseSettings(EnvSettings):
         "maintain_budget_s",
         "history_retention_hours",
         "gdpr_completion_hours",
+        "tombstone_retention_hours",
         "small_file_bytes",
         "compact_min_files",
         "deletion_vectors",
@@ -260,6 +268,7 @@ class LakehouseSettings(EnvSettings):
         return MaintainSettings(
             history_retention_hours=self.history_retention_hours,
             gdpr_completion_hours=self.gdpr_completion_hours,
+            tombstone_retention_hours=self.tombstone_retention_hours,
             small_file_bytes=self.small_file_bytes,
             compact_min_files=self.compact_min_files,
         )

@@ -116,6 +116,14 @@ class Engine(Protocol, Generic[Rows]):
         """DELETE the table's rows ``truncates`` cover, once as ``write``."""
         ...
 
+    def outlive(self, rows: Rows, table: TableInfo) -> Rows:
+        """The rows no tombstone of the table outlives (:func:`~.rules.tombstones.outlived`)."""
+        ...
+
+    def bury(self, rows: Rows, table: TableInfo, summary: RowSummary, write: Write) -> None:
+        """Append the tombstones of the rows' winning deletes, once as ``write``."""
+        ...
+
     def merge(self, rows: Rows, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """MERGE the rows' last row per key (:func:`~lakehouse_writer.rules.sql.merge_source`)."""
         ...

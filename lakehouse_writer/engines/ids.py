@@ -26,6 +26,7 @@ __all__ = [
     "STEP_SYSTEM",
     "STEP_TRUNCATE",
     "app_id_for",
+    "tombstones_app_id",
     "instance_id",
     "segment_version",
     "txn_version",
@@ -50,6 +51,11 @@ def segment_version(batch_id: int, step: int) -> int:
 def app_id_for(instance_id: str, table: str) -> str:
     """The Delta txnAppId of one table written by one writer instance."""
     return f"lakehouse-writer:{instance_id}:{table}"
+
+
+def tombstones_app_id(instance_id: str, table: str) -> str:
+    """The txnAppId of the tombstones of ``table`` (their own Delta table) by one instance."""
+    return app_id_for(instance_id, f"{table}#tombstones")
 
 
 def instance_id(checkpoint: str, spark: SparkSession | None = None) -> str:

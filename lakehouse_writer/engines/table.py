@@ -6,7 +6,9 @@ rows (payload columns as the table names them, the technical fields, ``topic``/`
 
 1. Rows of unknown change types and TRUNCATEs naming unknown columns are rejected; so are the
    row types an append-only table cannot take (D/X/G/B/P need a key).
-2. Rows covered by TRUNCATEs of earlier batches are dropped.
+2. Rows covered by TRUNCATEs of earlier batches are dropped, and so are the upserts and
+   archives older than a tombstone of their key (:mod:`lakehouse_writer.rules.tombstones`);
+   the batch's own winning deletes leave their tombstones, before the table is written.
 3. TRUNCATE rows (``T``) become one DELETE of the rows in their scope older than them
    (:func:`~lakehouse_writer.rules.sql.truncated`). Rows of the batch older than a TRUNCATE
    are merged before it, so it covers what they left; usually there are none (they share
@@ -81,6 +83,12 @@ def apply_table(
     rows = engine.filter(rows, f"{kind} <> 'T'")
     if applied:
         rows = engine.filter(rows, f"NOT ({truncated(applied, shape, engine.dialect)})")
+    if table.tombstones:
+        buried = Write(
+            ids.tombstones_app_id(instance_id, table.ref.qualified),
+            ids.txn_version(batch_id, ids.STEP_ROWS),
+        )
+        rows = _tombstones(engine, rows, table, summary, buried)
     latest = truncates
     if truncates and not table.append_only:
         with steps("truncate"):
@@ -124,6 +132,23 @@ def apply_table(
         rejected,
         engine=engine.name,
     )
+
+
+def _tombstones(
+    engine: Engine[Rows], rows: Rows, table: TableInfo, summary: RowSummary, write: Write
+) -> Rows:
+    """Drop the rows a tombstone outlives; leave the tombstones of the batch's deletes (step 2).
+
+    The tombstones are written before the table: an engine that declines the table's writes
+    then has written nothing of it, and the next engine skips the tombstones' append by its
+    transaction id.
+    """
+    counts = summary.counts
+    if any(counts.get(c) for c in (*UPSERTS, ARCHIVE)):
+        rows = engine.outlive(rows, table)
+    if any(counts.get(c) for c in (*DELETES, BEFORE)):
+        engine.bury(rows, table, summary, write)
+    return rows
 
 
 def _rows(

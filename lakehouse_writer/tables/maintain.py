@@ -16,6 +16,11 @@ writer between batches: ``budget_s`` bounds it). Per table, in this order:
 5. checkpoint the log when commits came after its last checkpoint; the checkpoint also
    deletes log files older than the log retention (Delta rounds that down to whole days).
 
+A table's tombstones (``<lakehouse>/_tombstones/<namespace>/<name>``,
+:mod:`lakehouse_writer.rules.tombstones`) are maintained after it, as ``_tombstones/NS.NAME``:
+first the tombstones older than ``LAKEHOUSE_TOMBSTONE_RETENTION_HOURS`` are deleted, then the
+same steps.
+
 A table that fails is reported with its error and the pass goes on with the others. OPTIMIZE
 and a writer's MERGE on the same table conflict (Delta's optimistic concurrency: the later
 commit fails); docs/OPERATIONS.md says what that means for a running writer.
@@ -42,7 +47,7 @@ from lakehouse_writer.tables.files import (
     stored_files,
     table_path,
 )
-from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, jvm_delta_log
+from lakehouse_writer.tables.manager import GDPR_DELETE_PROPERTY, TOMBSTONES, jvm_delta_log
 from lakehouse_writer.tables.retention import MaintainSettings, TablePlan, plan_table
 
 if TYPE_CHECKING:
@@ -156,10 +161,15 @@ def maintain_tables(
         dry_run: Plan only; change nothing.
     """
     settings = settings or MaintainSettings()
+    graves = f"{lakehouse.rstrip('/')}/{TOMBSTONES}"
     if tables is None:
         targets = find_tables(spark, lakehouse)
+        kept = find_tables(spark, graves)
     else:
         targets = [(name, table_path(lakehouse, name)) for name in tables]
+        kept = [(name, table_path(graves, name)) for name in tables]
+        kept = [(name, path) for name, path in kept if is_table(spark, path)]
+    targets += [(f"{TOMBSTONES}/{name}", path) for name, path in kept]
     start, reports = time.monotonic(), list[TableReport]()
     for name, path in targets:
         if budget_s is not None and time.monotonic() - start >= budget_s:
@@ -191,6 +201,9 @@ def maintain_table(
                 settings,
             )
         if not dry_run:
+            if name.startswith(f"{TOMBSTONES}/"):
+                with report.step("tombstones"):
+                    _expire_tombstones(spark, path, settings.tombstone_retention_hours)
             _carry_out(spark, path, report.plan, settings, report)
     except Exception as exc:  # one table's failure must not stop the others
         report.error = _cause(exc)
@@ -198,6 +211,15 @@ def maintain_table(
     report.seconds = time.monotonic() - started
     log.info("maintenance table=%s %s steps=%s", name, report.line(), report.steps)
     return report
+
+
+def _expire_tombstones(spark: SparkSession, path: str, hours: float) -> None:
+    """Delete the tombstones whose delete is older than ``hours``."""
+    from delta.tables import DeltaTable
+
+    cutoff_us = int((time.time() - hours * 3600) * 1_000_000)
+    table = DeltaTable.forPath(spark, path)
+    table.delete(f"{quote_name('__change_time')} < timestamp_micros({cutoff_us})")
 
 
 def _carry_out(

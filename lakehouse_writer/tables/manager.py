@@ -76,6 +76,7 @@ GOVERNANCE_PROPERTIES: dict[str, str] = {
     "dataClassification": "flow.data_classification",
 }
 PRIMARY_KEYS_PROPERTY = "flow.primary_keys"
+TOMBSTONES = "_tombstones"  # <lakehouse>/_tombstones/<namespace>/<name>: a table's deletes
 GDPR_DELETE_PROPERTY = "flow.gdpr_delete"  # set by a commit after a batch's GDPR deletes
 CLUSTER_BY_PROPERTY = "flow.cluster_by"  # the schema's clusterBy the table was last laid out by
 STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
@@ -147,6 +148,8 @@ class TableInfo:
         keys: Primary key columns; empty for an append-only table.
         columns: Column name -> Spark type of the table as it now is, in table order.
         created: True when this writer created the table (then its version 0 holds no rows).
+        tombstones: The location of its deletes' tombstones
+            (:mod:`lakehouse_writer.rules.tombstones`); None: its deletes keep none.
     """
 
     ref: TableRef
@@ -154,6 +157,7 @@ class TableInfo:
     keys: tuple[str, ...]
     columns: dict[str, DataType] = field(hash=False)
     created: bool = False
+    tombstones: str | None = None
 
     @property
     def append_only(self) -> bool:
@@ -335,7 +339,8 @@ class TableManager:
         properties, struct = table_metadata(self._spark, path)
         keys = tuple(json.loads(properties.get(PRIMARY_KEYS_PROPERTY, "[]")))
         columns = {f.name: f.dataType for f in struct.fields}
-        return TableInfo(ref, path, keys, columns, ref in self._created)
+        tombstones = ref.path(f"{self._lakehouse.rstrip('/')}/{TOMBSTONES}") if keys else None
+        return TableInfo(ref, path, keys, columns, ref in self._created, tombstones)
 
 
 def jvm_delta_log(spark: SparkSession, path: str) -> Any:

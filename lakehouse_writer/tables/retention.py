@@ -66,6 +66,8 @@ class MaintainSettings:
         gdpr_completion_hours: A GDPR delete is gone from every file of the table (old
             versions and Change Data Feed files) at the first pass this many hours after it
             (``LAKEHOUSE_GDPR_COMPLETION_HOURS``, 24).
+        tombstone_retention_hours: A delete's tombstone is removed this long after the
+            delete's change time (``LAKEHOUSE_TOMBSTONE_RETENTION_HOURS``, 168).
         small_file_bytes: A data file smaller than this is small; only small files are
             compacted (``LAKEHOUSE_SMALL_FILE_BYTES``, 32 MiB).
         compact_min_files: A table is compacted when it has at least this many small files
@@ -74,6 +76,7 @@ class MaintainSettings:
 
     history_retention_hours: float = 168.0
     gdpr_completion_hours: float = 24.0
+    tombstone_retention_hours: float = 168.0
     small_file_bytes: int = 32 << 20
     compact_min_files: int = 16
 

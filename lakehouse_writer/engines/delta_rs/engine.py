@@ -40,6 +40,7 @@ from lakehouse_writer.rules.sql import (
     summary_query,
     truncated,
 )
+from lakehouse_writer.rules.tombstones import TIME, outlived, tombstone_columns, tombstones_of
 from lakehouse_writer.rules.truncate import Truncate
 from producer_lib.schema import TECHNICAL_FIELDS
 from producer_lib.staging.extensions import load_packaged_extension
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 
 TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 _names = count()
+_ARROW_TIME = pa.timestamp("us", "UTC")  # Spark's TimestampType in Arrow
 _CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,  # tiny tables: one core
     # DuckDB 1.5.5's rewrite of ``row_number() ... = 1`` into an aggregate fails (INTERNAL
@@ -119,6 +121,12 @@ class ArrowRows:
             return self.relation
         return f"(SELECT * FROM {self.relation} WHERE {' AND '.join(self.where)})"
 
+    def derived(self, query: str) -> ArrowRows:
+        """The result of ``query`` as rows of their own, on the same connection."""
+        name = f"rows_{next(_names)}"
+        self.con.execute(f'CREATE TEMP TABLE "{name}" AS {query}')
+        return ArrowRows(self.con, f'"{name}"', self.columns)
+
     def arrow(self, query: str) -> pa.Table:
         """The result of ``query`` as Arrow."""
         return self.con.sql(query).to_arrow_table()
@@ -175,18 +183,40 @@ class DeltaRsEngine:
         where = truncated(truncates, self.shape(table), DATAFUSION)
         self._done(self._writes.delete(table, where, write), table, "delete")
 
+    def outlive(self, rows: ArrowRows, table: TableInfo) -> ArrowRows:
+        """The rows no tombstone of the table outlives (all of them while it has none)."""
+        assert table.tombstones is not None
+        tombstones = self._writes.read(table.tombstones, table)
+        if tombstones is None:
+            return rows
+        name = f"tombstones_{next(_names)}"
+        rows.con.register(f"{name}_arrow", tombstones)  # a table, as in ArrowRows.of
+        rows.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{name}_arrow"')
+        rows.con.unregister(f"{name}_arrow")
+        try:
+            return rows.derived(outlived(rows.sql, f'"{name}"', self.shape(table), DUCKDB))
+        finally:
+            rows.con.execute(f'DROP TABLE "{name}"')
+
+    def bury(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
+        """Append the tombstones of the rows' winning deletes to the table's (created if new)."""
+        assert table.tombstones is not None
+        shape = self.shape(table)
+        dead = rows.arrow(tombstones_of(_merge_source(rows, shape, summary), shape, DUCKDB))
+        schema = pa.schema(
+            [
+                pa.field(
+                    name, _ARROW_TIME if name == TIME else arrow_schema(table).field(name).type
+                )
+                for name in tombstone_columns(shape)
+            ]
+        )
+        done = self._writes.bury(table.tombstones, dead.cast(schema), table, write)
+        self._done(done, table, "append the tombstones of")
+
     def merge(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """One delta-rs MERGE of the rows' last row per key, restricted to their key range."""
-        counts = summary.counts
-        sql = merge_source(
-            rows.sql,
-            self.shape(table),
-            rows.columns,
-            DUCKDB,
-            before=bool(counts.get(BEFORE)),
-            archives=bool(counts.get(ARCHIVE)),
-            cast=False,
-        )
+        sql = _merge_source(rows, self.shape(table), summary)
         clauses = merge_clauses(
             list(table.columns), table.keys, TECHNICAL, DATAFUSION, summary.key_range
         )
@@ -223,6 +253,20 @@ class DeltaRsEngine:
             raise Declined(f"delta-rs did not {what} the rows", table=table.ref.qualified)
 
 
+def _merge_source(rows: ArrowRows, shape: TableShape, summary: RowSummary) -> str:
+    """The SQL of the MERGE's source over the rows (what the batch's types need)."""
+    counts = summary.counts
+    return merge_source(
+        rows.sql,
+        shape,
+        rows.columns,
+        DUCKDB,
+        before=bool(counts.get(BEFORE)),
+        archives=bool(counts.get(ARCHIVE)),
+        cast=False,
+    )
+
+
 def _table(data: pa.Table, table: TableInfo) -> pa.Table:
     """``data`` in the table's Arrow schema (DuckDB names a TIMESTAMPTZ's zone its own way)."""
     return data.cast(arrow_schema(table))
@@ -232,9 +276,7 @@ def _source(data: pa.Table, table: TableInfo) -> pa.Table:
     """The MERGE's source in the table's types, then its action and base time."""
     schema = arrow_schema(table)
     extra = [data.schema.field(c) for c in data.column_names[len(schema) :]]
-    extra = [
-        f.with_type(pa.timestamp("us", "UTC")) if f.name.endswith("time") else f for f in extra
-    ]
+    extra = [f.with_type(_ARROW_TIME) if f.name.endswith("time") else f for f in extra]
     return data.cast(pa.schema([*schema, *extra]))
 
 

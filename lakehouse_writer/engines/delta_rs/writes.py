@@ -149,6 +149,62 @@ class DeltaRsWrites:
 
         return self._write(table, write, "delete", delete)
 
+    def read(self, path: str, table: TableInfo) -> pa.Table | None:
+        """The rows of the Delta table at ``path`` (a table's tombstones); None: no table there.
+
+        Raises:
+            Declined: delta-rs cannot reach or read it (Spark does).
+        """
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        where = delta_rs_path(path)
+        if where is None:
+            raise Declined("delta-rs cannot reach the tombstones", table=table.ref.qualified)
+        try:
+            return where.open().to_pyarrow_table()
+        except TableNotFoundError:
+            return None
+        except DeltaError as exc:
+            raise Declined(
+                f"delta-rs cannot read the tombstones: {_first_line(exc)}",
+                table=table.ref.qualified,
+            ) from None
+
+    def bury(self, path: str, rows: pa.Table, table: TableInfo, write: Write) -> bool:
+        """Append ``rows`` (a table's tombstones) to the Delta table at ``path`` once as ``write``.
+
+        The first tombstones create the table. Returns False when delta-rs did not write them.
+        """
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        where = delta_rs_path(path)
+        if where is None:
+            return False
+        try:
+            target = where.open()
+        except TableNotFoundError:
+            target = None
+        if target is not None:
+            done = target.transaction_version(write.app_id)
+            if done is not None and done >= write.version:
+                return True
+        commit = CommitProperties(app_transactions=[Transaction(write.app_id, write.version)])
+        try:
+            write_deltalake(
+                target if target is not None else where.uri,
+                rows,
+                mode="append",
+                storage_options=None if target is not None else (where.options or None),
+                commit_properties=commit,
+            )
+        except DeltaError as exc:  # Spark does it
+            log.info(
+                "tombstones left to Spark table=%s error=%s", table.ref.qualified, _first_line(exc)
+            )
+            return False
+        return True
+
     def is_empty(self, table: TableInfo) -> bool:
         """True when the table's latest version has no data file.
 

@@ -33,6 +33,7 @@ from lakehouse_writer.rules.sql import (
     table_columns,
     truncated,
 )
+from lakehouse_writer.rules.tombstones import outlived, tombstones_of
 from lakehouse_writer.rules.truncate import Truncate
 from lakehouse_writer.tables.files import last_log_version
 from lakehouse_writer.tables.manager import TableInfo, no_data_files
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 ROWS = "__rows__"  # the relation the rules' SQL reads: the table's rows, bound by _query
+TOMBSTONES = "__tombstones__"  # the table's tombstones, bound by _query
 _FEW_ROWS = 10_000  # a MERGE source this small is one partition: no shuffle for its window
 
 
@@ -120,6 +122,23 @@ class SparkEngine:
         with txn.delta_txn(self._spark, write.app_id, write.version):
             DeltaTable.forPath(self._spark, table.path).delete(condition)
 
+    def outlive(self, rows: DataFrame, table: TableInfo) -> DataFrame:
+        """The rows no tombstone of the table outlives (all of them while it has none)."""
+        assert table.tombstones is not None
+        if last_log_version(self._spark, table.tombstones) < 0:
+            return rows
+        tombstones = self._spark.read.format("delta").load(table.tombstones)
+        sql = outlived(ROWS, TOMBSTONES, self.shape(table), SPARK)
+        return _query(sql, rows, tombstones)
+
+    def bury(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
+        """Append the tombstones of the rows' winning deletes to the table's (created if new)."""
+        assert table.tombstones is not None
+        shape = self.shape(table)
+        source = _merge_source(rows, shape, summary)
+        dead = _query(tombstones_of(source, shape, SPARK), rows)
+        txn.append(dead, table.tombstones, write.app_id, write.version)
+
     def merge(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """One Delta MERGE of the rows' last row per key, restricted to their key range."""
         from delta.tables import DeltaTable
@@ -128,15 +147,7 @@ class SparkEngine:
         counts = summary.counts
         if sum(n for n in counts.values()) <= _FEW_ROWS:
             rows = rows.coalesce(1)
-        sql = merge_source(
-            ROWS,
-            self.shape(table),
-            rows.columns,
-            SPARK,
-            before=bool(counts.get(BEFORE)),
-            archives=bool(counts.get(ARCHIVE)),
-        )
-        source = _query(sql, rows)
+        source = _query(_merge_source(rows, self.shape(table), summary), rows)
         clauses = merge_clauses(list(table.columns), table.keys, TECHNICAL, SPARK)
         on = F.expr(clauses.on)
         if summary.key_range is not None:  # a target-only condition: Delta skips files
@@ -203,14 +214,31 @@ def no_repeated_keys(rows: DataFrame, keys: tuple[str, ...]) -> bool:
     return bool(_query(repeated_keys(ROWS, keys, SPARK), rows).isEmpty())
 
 
-def _query(sql: str, rows: DataFrame) -> DataFrame:
+def _merge_source(rows: DataFrame, shape: TableShape, summary: RowSummary) -> str:
+    """The SQL of the MERGE's source over :data:`ROWS` (what the batch's types need)."""
+    counts = summary.counts
+    return merge_source(
+        ROWS,
+        shape,
+        rows.columns,
+        SPARK,
+        before=bool(counts.get(BEFORE)),
+        archives=bool(counts.get(ARCHIVE)),
+    )
+
+
+def _query(sql: str, rows: DataFrame, tombstones: DataFrame | None = None) -> DataFrame:
     """``sql`` over ``rows`` (named :data:`ROWS` in it), on the rows' session.
 
-    ``spark.sql`` formats its text with the DataFrames it is given: braces of the rules'
-    text (a column named ``a{b}``) are doubled first.
+    ``tombstones``, when given, is :data:`TOMBSTONES` in it. ``spark.sql`` formats its text
+    with the DataFrames it is given: braces of the rules' text (a column named ``a{b}``) are
+    doubled first.
     """
     text = sql.replace("{", "{{").replace("}", "}}").replace(ROWS, "{rows}")
-    return rows.sparkSession.sql(text, rows=rows)
+    if tombstones is None:
+        return rows.sparkSession.sql(text, rows=rows)
+    text = text.replace(TOMBSTONES, "{tombstones}")
+    return rows.sparkSession.sql(text, rows=rows, tombstones=tombstones)
 
 
 def _assigned(pairs: dict[str, str]) -> dict[str, str | Column]:

@@ -43,6 +43,7 @@ from lakehouse_writer.read.summary import RowSummary, truncate_records, truncate
 from lakehouse_writer.rules.row_types import UPSERTS as UPSERT_TYPES
 from lakehouse_writer.rules.truncate import AppliedTruncates, Truncate, distinct_truncates
 from lakehouse_writer.runtime import lines
+from lakehouse_writer.tables.files import last_log_version
 from lakehouse_writer.tables.manager import TableInfo, TableManager, TableRef, no_data_files
 
 if TYPE_CHECKING:
@@ -301,6 +302,8 @@ def speculate(
     from pyspark.sql import functions as F
 
     spark = batch.sparkSession
+    if info.tombstones and last_log_version(spark, info.tombstones) >= 0:
+        return "the table keeps tombstones: its rows go through them"
     topic = expected.entry.topic
     assert topic is not None  # only a schema with a topic spans rows worth a bet
     mine = {k: v for k, v in ranges.items() if k[0] == topic}

@@ -1,0 +1,65 @@
+"""Tombstones: a delete outlives the rows older than it that arrive after it.
+
+Without them a delete removes the stored row and forgets the key: an older upsert of the same
+key applied later (another producer's, a second topic's, a late partition's) finds no row and
+is inserted — the deleted key is back. So every delete that wins its key in a batch leaves a
+tombstone: the key and the delete's change time, in a Delta table of the table's own
+(:attr:`~lakehouse_writer.tables.manager.TableInfo.tombstones`: the key columns in the
+table's types, then ``__change_time``; appended, a key may have several, the latest counts).
+
+Against a tombstone a later row follows the rule it follows against a stored row
+(:mod:`lakehouse_writer.rules.merge`): an upsert (I/U/A/R) or archive (P) older than the
+tombstone loses (:func:`outlived`, before the rows' MERGE or append); one of the same time or
+newer wins, as it would replace a stored row. Deletes and BEFORE images pass. A TRUNCATE needs
+none: the writer keeps the TRUNCATEs it applied (``TruncateLog``).
+
+Tombstones are bounded: ``lakehouse-writer maintain`` deletes those older than
+``LAKEHOUSE_TOMBSTONE_RETENTION_HOURS`` (a row older than that, arriving later, is applied as
+any row is). A tombstone holds the key, no payload; a GDPR delete's key is kept as long.
+"""
+
+from __future__ import annotations
+
+from lakehouse_writer.rules.dialect import Dialect
+from lakehouse_writer.rules.row_types import ACTION, ARCHIVE, UPSERTS
+from lakehouse_writer.rules.sql import TableShape
+
+__all__ = ["TIME", "outlived", "tombstone_columns", "tombstones_of"]
+
+TIME = "__change_time"  # the tombstone's: the delete's change time
+
+
+def tombstone_columns(shape: TableShape) -> dict[str, str]:
+    """The tombstone table's columns: the key columns (the table's types), then the time."""
+    return {**{k: shape.columns[k] for k in shape.keys}, TIME: "timestamp"}
+
+
+def outlived(relation: str, tombstones: str, shape: TableShape, dialect: Dialect) -> str:
+    """The rows of ``relation`` no tombstone of ``tombstones`` outlives, with all their columns.
+
+    A row is outlived when it upserts or archives and its key has a tombstone newer than it.
+    """
+    q = dialect.quote
+    keys = ", ".join(q(k) for k in shape.keys)
+    latest = f"SELECT {keys}, max({q(TIME)}) AS __tombstone FROM {tombstones} GROUP BY {keys}"
+    on = " AND ".join(
+        dialect.null_safe_equal.format(a=f"r.{q(k)}", b=f"d.{q(k)}") for k in shape.keys
+    )
+    acting = ", ".join(f"'{c}'" for c in (*UPSERTS, ARCHIVE))
+    kept = (
+        f"d.__tombstone IS NULL OR r.{q('__change_type')} NOT IN ({acting}) "
+        f"OR r.{q(TIME)} >= d.__tombstone"
+    )
+    return f"SELECT r.* FROM {relation} r LEFT JOIN ({latest}) d ON {on} WHERE {kept}"
+
+
+def tombstones_of(source: str, shape: TableShape, dialect: Dialect) -> str:
+    """The tombstones a batch leaves: its MERGE source's deletes (``source``: that SQL).
+
+    :func:`~lakehouse_writer.rules.sql.merge_source` gives each key's winning action, so a key
+    deleted and then upserted in the batch leaves none, and a key an UPDATE moved away (its
+    BEFORE image) leaves one.
+    """
+    q = dialect.quote
+    columns = ", ".join(q(c) for c in tombstone_columns(shape))
+    return f"SELECT {columns} FROM ({source}) s WHERE {q(ACTION)} = 'delete'"

@@ -1,0 +1,111 @@
+"""The tombstone rules as SQL (lakehouse_writer.rules.tombstones), run by DuckDB.
+
+Which rows a tombstone outlives, and which tombstones a batch leaves: the SQL text every
+engine runs (test_tombstones.py runs it on Spark and delta-rs against Delta tables).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import duckdb
+import pyarrow as pa
+
+from lakehouse_writer.rules.dialect import DUCKDB
+from lakehouse_writer.rules.sql import TableShape, merge_source
+from lakehouse_writer.rules.tombstones import outlived, tombstone_columns, tombstones_of
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+SHAPE = TableShape(
+    columns={
+        "ID": "bigint",
+        "NAME": "string",
+        "__change_type": "string",
+        "__change_time": "timestamp",
+        "__source_rowid": "string",
+    },
+    keys=("ID",),
+    technical=frozenset({"__change_type", "__change_time", "__source_rowid"}),
+)
+
+
+def _rows(*rows: tuple[int | None, str, int]) -> pa.Table:
+    """(ID, change type, seconds after T0) rows at offsets 0, 1, ... of one partition."""
+    return pa.table(
+        {
+            "ID": pa.array([r[0] for r in rows], pa.int64()),
+            "NAME": [f"n{r[0]}-{r[2]}" for r in rows],
+            "__change_type": [r[1] for r in rows],
+            "__change_time": pa.array(
+                [T0 + timedelta(seconds=r[2]) for r in rows], pa.timestamp("us", "UTC")
+            ),
+            "__source_rowid": pa.array([None] * len(rows), pa.string()),
+            "topic": ["t"] * len(rows),
+            "partition": pa.array([0] * len(rows), pa.int32()),
+            "offset": pa.array(range(len(rows)), pa.int64()),
+        }
+    )
+
+
+def _tombstones(*graves: tuple[int | None, int]) -> pa.Table:
+    return pa.table(
+        {
+            "ID": pa.array([g[0] for g in graves], pa.int64()),
+            "__change_time": pa.array(
+                [T0 + timedelta(seconds=g[1]) for g in graves], pa.timestamp("us", "UTC")
+            ),
+        }
+    )
+
+
+def _con() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def _kept(rows: pa.Table, graves: pa.Table) -> list[tuple[int | None, str, int]]:
+    con = _con()
+    con.register("r_arrow", rows)
+    con.register("g_arrow", graves)
+    con.execute("CREATE TABLE r AS SELECT * FROM r_arrow")
+    con.execute("CREATE TABLE g AS SELECT * FROM g_arrow")
+    found = con.sql(outlived("r", "g", SHAPE, DUCKDB)).to_arrow_table().to_pylist()
+    return sorted(
+        (f["ID"], f["__change_type"], int((f["__change_time"] - T0).total_seconds())) for f in found
+    )
+
+
+def test_an_upsert_or_archive_older_than_its_keys_tombstone_loses():
+    rows = _rows((1, "I", 3), (1, "U", 4), (2, "P", 4), (3, "A", 1), (4, "R", 9))
+    graves = _tombstones((1, 5), (2, 5), (4, 5))
+    assert _kept(rows, graves) == [(3, "A", 1), (4, "R", 9)]
+
+
+def test_a_row_of_the_tombstones_time_wins_as_it_would_replace_a_stored_row():
+    assert _kept(_rows((1, "U", 5)), _tombstones((1, 5))) == [(1, "U", 5)]
+
+
+def test_deletes_and_before_images_pass_whatever_their_age():
+    rows = _rows((1, "D", 1), (1, "X", 2), (1, "G", 3), (1, "B", 4))
+    assert _kept(rows, _tombstones((1, 9))) == sorted(
+        [(1, "D", 1), (1, "X", 2), (1, "G", 3), (1, "B", 4)]
+    )
+
+
+def test_the_latest_of_a_keys_tombstones_counts_and_a_null_key_has_its_own():
+    rows = _rows((1, "U", 6), (None, "I", 2), (None, "I", 8))
+    graves = _tombstones((1, 2), (1, 7), (None, 5))
+    assert _kept(rows, graves) == [(None, "I", 8)]
+
+
+def test_a_batch_leaves_a_tombstone_per_key_whose_last_row_deletes():
+    rows = _rows((1, "I", 1), (1, "D", 2), (2, "D", 1), (2, "U", 3), (3, "X", 4), (4, "G", 5))
+    con = _con()
+    con.register("r_arrow", rows)
+    con.execute("CREATE TABLE r AS SELECT * FROM r_arrow")
+    source = merge_source("r", SHAPE, rows.column_names, DUCKDB, before=False, cast=False)
+    found = con.sql(tombstones_of(source, SHAPE, DUCKDB)).to_arrow_table().to_pylist()
+    assert tombstone_columns(SHAPE) == {"ID": "bigint", "__change_time": "timestamp"}
+    graves = sorted((f["ID"], int((f["__change_time"] - T0).total_seconds())) for f in found)
+    assert graves == [(1, 2), (3, 4), (4, 5)]
