@@ -55,6 +55,7 @@ from lakehouse_writer.read.framing import HEADER, header_column
 from lakehouse_writer.read.ranges import OffsetRanges, range_read
 from lakehouse_writer.route.router import Router, TableRows
 from lakehouse_writer.runtime.storage import delta_rs_path
+from lakehouse_writer.tables.catalog import register_tables
 from lakehouse_writer.tables.files import delete_tree
 from lakehouse_writer.tables.manager import TableManager, TableRef
 from producer_lib.kafka.topic_reader import consumer_config
@@ -149,6 +150,8 @@ def rebuild_table(
         _build(spark, settings, lake, side, ref, rows, catalog, plan)
         if not dry_run:
             _swap(spark, ref.path(side), ref.path(lake), table, plan.number)
+            names = settings.catalog, settings.catalog_system_namespace
+            register_tables(spark, *names, lake, [ref])  # a table dropped by hand: found again
     finally:
         if rows is not None:
             rows.unpersist()

@@ -45,6 +45,7 @@ from lakehouse_writer.read.framing import HEADER, header_column, header_tag
 from lakehouse_writer.read.rejected import REJECTED
 from lakehouse_writer.route.router import Router, TableRows
 from lakehouse_writer.runtime.status import HEARTBEAT_S, read_status, status_age_s
+from lakehouse_writer.tables.catalog import register_tables
 from lakehouse_writer.tables.manager import TableManager
 
 if TYPE_CHECKING:
@@ -423,6 +424,9 @@ def _apply(
         result = router.apply(table, replay_id, truncates.of(ref.qualified), spark, "spark")
         log.info("replay applied table=%s replay=%d version=%d", ref, replay_id, result.version)
         results.append(result)
+    register_tables(
+        spark, settings.catalog, settings.catalog_system_namespace, lake, decoded.tables
+    )
     return results
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "catalog_name",
     "create_schema_sql",
     "register_sql",
+    "register_tables",
 ]
 
 log = logging.getLogger(__name__)
@@ -257,3 +258,25 @@ class TableCatalog:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def register_tables(
+    spark: SparkSession,
+    catalog: str | None,
+    system_namespace: str,
+    lakehouse: str,
+    refs: Iterable[TableRef],
+) -> None:
+    """Register ``refs`` in ``catalog`` unless there already (nothing when ``catalog`` is unset).
+
+    For the commands that write tables outside a running writer (``replay-rejected``,
+    ``rebuild``): a table they create or make again is found by name, as the writer's are.
+
+    Raises:
+        CatalogError: A table could not be registered.
+    """
+    if not catalog:
+        return
+    names = TableCatalog(spark, catalog, system_namespace, lakehouse)
+    names.check()
+    names.register_new(refs)
