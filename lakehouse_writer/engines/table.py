@@ -88,7 +88,8 @@ def apply_table(
             ids.tombstones_app_id(instance_id, table.ref.qualified),
             ids.txn_version(batch_id, ids.STEP_ROWS),
         )
-        rows = _tombstones(engine, rows, table, summary, buried)
+        with steps("tombstones"):
+            rows = _tombstones(engine, rows, table, summary, buried)
     latest = truncates
     if truncates and not table.append_only:
         with steps("truncate"):

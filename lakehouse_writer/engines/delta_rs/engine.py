@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import count
@@ -24,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakehouse_writer.engines.base import Declined, Write
 from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
 from lakehouse_writer.read.summary import RowSummary
 from lakehouse_writer.rules.dialect import DATAFUSION, DUCKDB
 from lakehouse_writer.rules.merge import merge_clauses
-from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE
+from lakehouse_writer.rules.row_types import ACTION, ARCHIVE, BEFORE
 from lakehouse_writer.rules.sql import (
     TableShape,
     conformed,
@@ -40,7 +42,7 @@ from lakehouse_writer.rules.sql import (
     summary_query,
     truncated,
 )
-from lakehouse_writer.rules.tombstones import TIME, outlived, tombstone_columns, tombstones_of
+from lakehouse_writer.rules.tombstones import outlived, tombstone_columns
 from lakehouse_writer.rules.truncate import Truncate
 from producer_lib.schema import TECHNICAL_FIELDS
 from producer_lib.staging.extensions import load_packaged_extension
@@ -136,6 +138,29 @@ class ArrowRows:
         self.con.close()
 
 
+class _Sources:
+    """MERGE sources computed ahead (for a batch's tombstones), by their SQL; a few, any thread.
+
+    The SQL names the rows' own temp table, so an entry is never another batch's.
+    """
+
+    _KEPT = 64
+
+    def __init__(self) -> None:
+        self._by_sql: OrderedDict[str, pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, sql: str, source: pa.Table) -> None:
+        with self._lock:
+            self._by_sql[sql] = source
+            while len(self._by_sql) > self._KEPT:
+                self._by_sql.popitem(last=False)
+
+    def pop(self, sql: str) -> pa.Table | None:
+        with self._lock:
+            return self._by_sql.pop(sql, None)
+
+
 class DeltaRsEngine:
     """The :class:`~lakehouse_writer.engines.base.Engine` of delta-rs in the driver.
 
@@ -148,6 +173,7 @@ class DeltaRsEngine:
 
     def __init__(self, writes: DeltaRsWrites) -> None:
         self._writes = writes
+        self._sources = _Sources()
 
     def shape(self, table: TableInfo) -> TableShape:
         """The table as the rules see it."""
@@ -199,19 +225,19 @@ class DeltaRsEngine:
             rows.con.execute(f'DROP TABLE "{name}"')
 
     def bury(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
-        """Append the tombstones of the rows' winning deletes to the table's (created if new)."""
+        """Append the tombstones of the rows' winning deletes to the table's (created if new).
+
+        They are the deletes of the MERGE's source, which is kept for the MERGE that follows.
+        """
         assert table.tombstones is not None
         shape = self.shape(table)
-        dead = rows.arrow(tombstones_of(_merge_source(rows, shape, summary), shape, DUCKDB))
-        schema = pa.schema(
-            [
-                pa.field(
-                    name, _ARROW_TIME if name == TIME else arrow_schema(table).field(name).type
-                )
-                for name in tombstone_columns(shape)
-            ]
+        sql = _merge_source(rows, shape, summary)
+        source = _source(rows.arrow(sql), table)
+        self._sources.put(sql, source)
+        dead = source.filter(pc.equal(source[ACTION], "delete"))
+        done = self._writes.bury(
+            table.tombstones, dead.select(list(tombstone_columns(shape))), table, write
         )
-        done = self._writes.bury(table.tombstones, dead.cast(schema), table, write)
         self._done(done, table, "append the tombstones of")
 
     def merge(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
@@ -220,7 +246,7 @@ class DeltaRsEngine:
         clauses = merge_clauses(
             list(table.columns), table.keys, TECHNICAL, DATAFUSION, summary.key_range
         )
-        source = _source(rows.arrow(sql), table)
+        source = self._sources.pop(sql) or _source(rows.arrow(sql), table)
         self._done(self._writes.merge(lambda: source, table, clauses, write), table, "merge")
 
     def append(self, rows: ArrowRows, table: TableInfo, write: Write, *, unique: bool) -> bool:
