@@ -167,6 +167,8 @@ class PendingAppend:
                 return None
             transaction = delta_log.startTransaction()
             snapshot = transaction.snapshot()
+            if snapshot.version() < 0:  # deleted since this JVM cached its log (a rebuild's side)
+                return None
             table_schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
             if not same_columns(schema, table_schema):
                 return None
