@@ -70,6 +70,7 @@ class SparkEngine:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
+        self._kept: tuple[DataFrame, DataFrame] | None = None  # rows, the MERGE source bury cached
 
     def shape(self, table: TableInfo) -> TableShape:
         """The table as the rules see it."""
@@ -132,22 +133,51 @@ class SparkEngine:
         return _query(sql, rows, tombstones)
 
     def bury(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
-        """Append the tombstones of the rows' winning deletes to the table's (created if new)."""
+        """Append the tombstones of the rows' winning deletes to the table's (created if new).
+
+        They are the deletes of the MERGE's source, which is cached for the MERGE that follows
+        (of the same rows): the source is computed once.
+        """
         assert table.tombstones is not None
         shape = self.shape(table)
-        source = _merge_source(rows, shape, summary)
-        dead = _query(tombstones_of(source, shape, SPARK), rows)
-        txn.append(dead, table.tombstones, write.app_id, write.version)
+        self._release()  # a try before this one (a commit conflict) left its source
+        source = self._source(rows, table, summary).persist()
+        self._kept = (rows, source)
+        picked = f"SELECT * FROM {ROWS}"  # the source, bound as the rows of the query
+        dead = _query(tombstones_of(picked, shape, SPARK), source)
+        try:
+            txn.append(dead, table.tombstones, write.app_id, write.version)
+        except BaseException:
+            self._release()
+            raise
 
     def merge(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """One Delta MERGE of the rows' last row per key, restricted to their key range."""
+        kept = self._kept
+        try:
+            source = kept[1] if kept and kept[0] is rows else self._source(rows, table, summary)
+            self._merge(source, table, summary, write)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Drop the MERGE source :meth:`bury` cached, if any."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept[1].unpersist()
+
+    def _source(self, rows: DataFrame, table: TableInfo, summary: RowSummary) -> DataFrame:
+        """The MERGE's source: one row per key with its action (one partition when few)."""
+        if sum(n for n in summary.counts.values()) <= _FEW_ROWS:
+            rows = rows.coalesce(1)
+        return _query(_merge_source(rows, self.shape(table), summary), rows)
+
+    def _merge(
+        self, source: DataFrame, table: TableInfo, summary: RowSummary, write: Write
+    ) -> None:
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
-        counts = summary.counts
-        if sum(n for n in counts.values()) <= _FEW_ROWS:
-            rows = rows.coalesce(1)
-        source = _query(_merge_source(rows, self.shape(table), summary), rows)
         clauses = merge_clauses(list(table.columns), table.keys, TECHNICAL, SPARK)
         on = F.expr(clauses.on)
         if summary.key_range is not None:  # a target-only condition: Delta skips files
