@@ -65,7 +65,9 @@ from tests.support.writer import once_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-NAMESPACE = "REFM"
+# A namespace per test process: the broker's schemas topic outlives a run (a developer's
+# devstack), and another run's sequences give the same table names other column types.
+NAMESPACE = f"REFM_{uuid.uuid4().hex[:6].upper()}"
 SEQUENCES = 50  # hypothesis examples of the default test
 # the slow test's sequences, every group with capped micro-batches (1-2 min at 8); more with
 # REFERENCE_MODEL_SLOW_SEQUENCES=N (8 keeps `make test` within its budget)
