@@ -1,7 +1,8 @@
 """Tables found by name in a real Hive metastore (embedded Derby), from other processes.
 
-Four JVMs, one after the other (embedded Derby takes one at a time): a writer without a
-catalog, the same writer restarted with ``LAKEHOUSE_CATALOG=spark_catalog``, a second
+Five JVMs, one after the other (embedded Derby takes one at a time): a writer without a
+catalog, ``lakehouse-writer rebuild`` of one table with ``LAKEHOUSE_CATALOG=spark_catalog``
+(it registers the table it makes again), the writer restarted with that catalog, a second
 Python process with its own session on the same metastore
 (:mod:`tests.support.catalog_reader`), then Spark's Thrift server (HiveServer2) on it, queried
 over Thrift by PyHive (:mod:`tests.support.thrift_server`), as a BI tool would.
@@ -92,7 +93,22 @@ def test_a_writer_registers_its_tables_and_another_process_finds_them_by_name(
     assert before.returncode == 0, before.stderr[-3000:]
     assert "table registered" not in before.stderr
 
-    # Then: a catalog; ORDERS gains a column, a new table and a rejected row arrive.
+    # Then a catalog. A command that makes a table again registers it, as the writer would.
+    conf = [f"--conf={k}={v}" for k, v in hive_conf(str(meta)).items() if "catalogImpl" not in k]
+    env_catalog = {**env, "LAKEHOUSE_CATALOG": "spark_catalog"}
+    rebuilt = _writer(
+        work,
+        {**env_catalog, "LOG_LEVEL": "INFO"},
+        "rebuild",
+        "--table",
+        "SHOP.EARLY",
+        *where,
+        *conf,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert "table registered table=SHOP.EARLY name=spark_catalog.shop.early" in rebuilt.stderr
+
+    # ORDERS gains a column, a new table and a rejected row arrive.
     evolved = sample_schema()
     evolved.add_field("STATUS", AvroNVarchar(10), doc="order status")
     publish_schemas(kafka_bootstrap, topics["orders"], schemas, evolved)
@@ -104,8 +120,6 @@ def test_a_writer_registers_its_tables_and_another_process_finds_them_by_name(
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(topics["orders"], value=b"no header: rejected", partition=0)
     producer.flush(30)
-    conf = [f"--conf={k}={v}" for k, v in hive_conf(str(meta)).items() if "catalogImpl" not in k]
-    env_catalog = {**env, "LAKEHOUSE_CATALOG": "spark_catalog"}
     after = _writer(work, env_catalog, "run", *where, "--once", "--topics", regex, *conf)
     assert after.returncode == 0, after.stderr[-3000:]
     assert "table registered table=SHOP.EARLY name=spark_catalog.shop.early" in after.stderr
@@ -125,7 +139,9 @@ def test_a_writer_registers_its_tables_and_another_process_finds_them_by_name(
     assert reader.returncode == 0, reader.stderr[-3000:]
     found = json.loads(reader.stdout.strip().splitlines()[-1])
 
-    system_dirs = sorted(p.name for p in lake.iterdir() if p.name.startswith("_"))
+    system_dirs = sorted(  # the system tables (rebuild leaves its empty `_rebuild` folder)
+        p.name for p in lake.iterdir() if p.name.startswith("_") and (p / "_delta_log").is_dir()
+    )
     assert {"_rejected", "_writer_state"} <= set(system_dirs)
     assert found["tables"] == {
         "default": [],
