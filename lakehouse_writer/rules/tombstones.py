@@ -5,7 +5,8 @@ key applied later (another producer's, a second topic's, a late partition's) fin
 is inserted — the deleted key is back. So every delete that wins its key in a batch leaves a
 tombstone: the key and the delete's change time, in a Delta table of the table's own
 (:attr:`~lakehouse_writer.tables.manager.TableInfo.tombstones`: the key columns in the
-table's types, then ``__change_time``; appended, a key may have several, the latest counts).
+table's types, named ``k0``, ``k1``, ... in key order — a key column's own name may need column
+mapping — then ``__change_time``; appended, a key may have several, the latest counts).
 
 Against a tombstone a later row follows the rule it follows against a stored row
 (:mod:`lakehouse_writer.rules.merge`): an upsert (I/U/A/R) or archive (P) older than the
@@ -30,8 +31,12 @@ TIME = "__change_time"  # the tombstone's: the delete's change time
 
 
 def tombstone_columns(shape: TableShape) -> dict[str, str]:
-    """The tombstone table's columns: the key columns (the table's types), then the time."""
-    return {**{k: shape.columns[k] for k in shape.keys}, TIME: "timestamp"}
+    """The tombstone table's columns: ``k<i>`` for the i-th key column (its type), the time."""
+    return {**{_slot(i): shape.columns[k] for i, k in enumerate(shape.keys)}, TIME: "timestamp"}
+
+
+def _slot(index: int) -> str:
+    return f"k{index}"
 
 
 def outlived(relation: str, tombstones: str, shape: TableShape, dialect: Dialect) -> str:
@@ -40,10 +45,11 @@ def outlived(relation: str, tombstones: str, shape: TableShape, dialect: Dialect
     A row is outlived when it upserts or archives and its key has a tombstone newer than it.
     """
     q = dialect.quote
-    keys = ", ".join(q(k) for k in shape.keys)
-    latest = f"SELECT {keys}, max({q(TIME)}) AS __tombstone FROM {tombstones} GROUP BY {keys}"
+    slots = ", ".join(q(_slot(i)) for i in range(len(shape.keys)))
+    latest = f"SELECT {slots}, max({q(TIME)}) AS __tombstone FROM {tombstones} GROUP BY {slots}"
     on = " AND ".join(
-        dialect.null_safe_equal.format(a=f"r.{q(k)}", b=f"d.{q(k)}") for k in shape.keys
+        dialect.null_safe_equal.format(a=f"r.{q(k)}", b=f"d.{q(_slot(i))}")
+        for i, k in enumerate(shape.keys)
     )
     acting = ", ".join(f"'{c}'" for c in (*UPSERTS, ARCHIVE))
     kept = (
@@ -61,5 +67,5 @@ def tombstones_of(source: str, shape: TableShape, dialect: Dialect) -> str:
     BEFORE image) leaves one.
     """
     q = dialect.quote
-    columns = ", ".join(q(c) for c in tombstone_columns(shape))
-    return f"SELECT {columns} FROM ({source}) s WHERE {q(ACTION)} = 'delete'"
+    slots = [f"{q(k)} AS {q(_slot(i))}" for i, k in enumerate(shape.keys)]
+    return f"SELECT {', '.join(slots)}, {q(TIME)} FROM ({source}) s WHERE {q(ACTION)} = 'delete'"

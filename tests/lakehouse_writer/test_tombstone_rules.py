@@ -50,7 +50,7 @@ def _rows(*rows: tuple[int | None, str, int]) -> pa.Table:
 def _tombstones(*graves: tuple[int | None, int]) -> pa.Table:
     return pa.table(
         {
-            "ID": pa.array([g[0] for g in graves], pa.int64()),
+            "k0": pa.array([g[0] for g in graves], pa.int64()),
             "__change_time": pa.array(
                 [T0 + timedelta(seconds=g[1]) for g in graves], pa.timestamp("us", "UTC")
             ),
@@ -106,6 +106,6 @@ def test_a_batch_leaves_a_tombstone_per_key_whose_last_row_deletes():
     con.execute("CREATE TABLE r AS SELECT * FROM r_arrow")
     source = merge_source("r", SHAPE, rows.column_names, DUCKDB, before=False, cast=False)
     found = con.sql(tombstones_of(source, SHAPE, DUCKDB)).to_arrow_table().to_pylist()
-    assert tombstone_columns(SHAPE) == {"ID": "bigint", "__change_time": "timestamp"}
-    graves = sorted((f["ID"], int((f["__change_time"] - T0).total_seconds())) for f in found)
+    assert tombstone_columns(SHAPE) == {"k0": "bigint", "__change_time": "timestamp"}
+    graves = sorted((f["k0"], int((f["__change_time"] - T0).total_seconds())) for f in found)
     assert graves == [(1, 2), (3, 4), (4, 5)]

@@ -75,7 +75,7 @@ def _graves(spark, table) -> list[tuple[int, int]]:
 
     graves = spark.read.format("delta").load(table.tombstones)
     return sorted(
-        (r[0], r[1]) for r in graves.select("ID", F.unix_micros("__change_time")).collect()
+        (r[0], r[1]) for r in graves.select("k0", F.unix_micros("__change_time")).collect()
     )
 
 

@@ -42,7 +42,7 @@ from lakehouse_writer.rules.sql import (
     summary_query,
     truncated,
 )
-from lakehouse_writer.rules.tombstones import outlived, tombstone_columns
+from lakehouse_writer.rules.tombstones import TIME, outlived, tombstone_columns
 from lakehouse_writer.rules.truncate import Truncate
 from producer_lib.schema import TECHNICAL_FIELDS
 from producer_lib.staging.extensions import load_packaged_extension
@@ -235,9 +235,9 @@ class DeltaRsEngine:
         source = _source(rows.arrow(sql), table)
         self._sources.put(sql, source)
         dead = source.filter(pc.equal(source[ACTION], "delete"))
-        done = self._writes.bury(
-            table.tombstones, dead.select(list(tombstone_columns(shape))), table, write
-        )
+        dead = dead.select([*shape.keys, TIME]).rename_columns(list(tombstone_columns(shape)))
+        done = self._writes.bury(table.tombstones, dead, table, write)
+
         self._done(done, table, "append the tombstones of")
 
     def merge(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
