@@ -121,16 +121,13 @@ def read_rows(spark: SparkSession, path: str, column: str, value: str) -> list[A
 
 def _read_by_delta_rs(path: str, column: str, value: str) -> list[Any] | None:
     """:func:`read_rows` by delta-rs; None where Spark is to read."""
-    from deltalake.exceptions import TableNotFoundError
-
     from lakehouse_writer.runtime.storage import delta_rs_path
 
     where = delta_rs_path(path)
     if where is None:
         return None
-    try:
-        table = where.open()
-    except TableNotFoundError:
+    table = where.open_existing()
+    if table is None:
         return []
     if table.protocol().min_reader_version > 1:
         return None

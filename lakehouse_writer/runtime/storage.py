@@ -74,6 +74,15 @@ class DeltaRsPath:
 
         return DeltaTable(self.uri, storage_options=self.options or None)
 
+    def open_existing(self) -> Any | None:
+        """The table's ``deltalake.DeltaTable``, or None when there is no table there."""
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return self.open()
+        except TableNotFoundError:
+            return None
+
 
 def delta_rs_path(path: str) -> DeltaRsPath | None:
     """Where delta-rs reaches the table at ``path``; None where it cannot (Spark's alone).

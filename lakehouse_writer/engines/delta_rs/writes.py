@@ -155,15 +155,14 @@ class DeltaRsWrites:
         Raises:
             Declined: delta-rs cannot reach or read it (Spark does).
         """
-        from deltalake.exceptions import DeltaError, TableNotFoundError
+        from deltalake.exceptions import DeltaError
 
         where = delta_rs_path(path)
         if where is None:
             raise Declined("delta-rs cannot reach the tombstones", table=table.ref.qualified)
         try:
-            return where.open().to_pyarrow_table()
-        except TableNotFoundError:
-            return None
+            target = where.open_existing()
+            return None if target is None else target.to_pyarrow_table()
         except DeltaError as exc:
             raise Declined(
                 f"delta-rs cannot read the tombstones: {_first_line(exc)}",
@@ -176,15 +175,12 @@ class DeltaRsWrites:
         The first tombstones create the table. Returns False when delta-rs did not write them.
         """
         from deltalake import CommitProperties, Transaction, write_deltalake
-        from deltalake.exceptions import DeltaError, TableNotFoundError
+        from deltalake.exceptions import DeltaError
 
         where = delta_rs_path(path)
         if where is None:
             return False
-        try:
-            target = where.open()
-        except TableNotFoundError:
-            target = None
+        target = where.open_existing()
         if target is not None:
             done = target.transaction_version(write.app_id)
             if done is not None and done >= write.version:
