@@ -103,6 +103,22 @@ def test_the_delta_rs_engine_leaves_what_spark_leaves(spark, twins):
     assert result.version == 2
 
 
+def test_a_first_batch_deleting_a_key_never_stored_stays_on_delta_rs(spark, twins):
+    """An empty table, a batch that inserts one key and deletes another it never held:
+    delta-rs writes it (its MERGE of such a batch into a table without files failed a
+    NOT NULL check on a row it made up) and leaves what Spark leaves."""
+    apply, spark_table, delta_rs_table = twins
+    rows = [
+        {"ID": 1, "NAME": "n1", "REGION": "A", "__change_type": "I", "t": 1},
+        {"ID": 2, "NAME": "n2", "__change_type": "D", "t": 1},
+    ]
+    apply(rows, 0, table=spark_table)
+    assert apply(rows, 0, writes=DeltaRsWrites()).engine == "delta-rs"
+    assert _seen(spark, delta_rs_table.path) == _seen(spark, spark_table.path)
+    assert [r[:2] for r in _seen(spark, delta_rs_table.path)[0]] == [(1, "n1")]
+    assert _engines(delta_rs_table.path)[-1].startswith("delta-rs")
+
+
 def test_a_replayed_batch_changes_nothing_whichever_engine_wrote_it(spark, twins):
     apply, _, table = twins
     writes = DeltaRsWrites()

@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lakehouse_writer.engines.base import Declined, Write
+from lakehouse_writer.rules.row_types import ACTION
 from lakehouse_writer.runtime.storage import delta_rs_path
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class DeltaRsWrites:
 
         def merge(target: DeltaTable, commit: CommitProperties) -> int:
             rows = source()
+            if not target.file_uris():
+                rows = _insertable(rows)
             (
                 target.merge(
                     rows, clauses.on, source_alias="s", target_alias="t", commit_properties=commit
@@ -317,6 +320,19 @@ class DeltaRsWrites:
         with self._lock:
             self._refused.add(path)
         log.info("small merges by Spark path=%s reason=delta-rs cannot write %s", path, reason)
+
+
+def _insertable(rows: pa.Table) -> pa.Table:
+    """The MERGE source rows an empty table can take: all but the deletes (they match nothing).
+
+    delta-rs 1.6.6 fails a MERGE into a table with no data files and the change data feed
+    on when the source holds a delete that matches nothing beside a row it inserts ("Invalid
+    data found: 1 rows failed validation check", an all-null row); without the deletes the
+    MERGE is the same and passes, and the table stays on delta-rs.
+    """
+    import pyarrow.compute as pc
+
+    return rows.filter(pc.field(ACTION) != "delete")
 
 
 def _first_line(exc: Exception) -> str:
