@@ -3,11 +3,13 @@
 Hypothesis generates change sequences (``tests/support/reference_model.py``): keyed tables
 (one or two key columns) and append-only ones, 2-3 partitions, 1-5 transactions of every row
 type (BEFORE/UPDATE pairs that move the key or not, whole-table TRUNCATEs, explicit partitions
-now and then), some transactions aborted, some produced only after a first writer run. The
-real :class:`KafkaProducer` publishes each sequence to its own topic, the real
-``lakehouse-writer run --once`` applies them, and every table must equal what the independent
-model of DESIGN's semantics says, ``_rejected`` must hold exactly the rows an append-only table
-refuses, and no current data file may still hold an image a GDPR delete removed.
+now and then), some transactions aborted, some produced only after a first writer run, and in
+one test a second producer's transaction on a second topic, older than the rest and committed
+after them. The real :class:`KafkaProducer` publishes each sequence to its own topic, the
+real ``lakehouse-writer run --once`` applies them, and every table must equal what the
+independent model of DESIGN's semantics says, ``_rejected`` must hold exactly the rows an
+append-only table refuses, and no current data file may still hold an image a GDPR delete
+removed.
 
 Cost: a streaming run costs its start-up, and the writer's batch cost grows with tables x
 topic partitions (each table's steps scan the whole batch; ``_rejected`` unions every table's
@@ -30,6 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 # devstack), and another run's sequences give the same table names other column types.
 NAMESPACE = f"REFM_{uuid.uuid4().hex[:6].upper()}"
 SEQUENCES = 50  # hypothesis examples of the default test
+LATE_SEQUENCES = 8  # ... of the late producer's test, per path (one writer group)
+LATE_TIMEOUT_MS = 600_000  # the late producer's transaction.timeout.ms
 # the slow test's sequences, every group with capped micro-batches (1-2 min at 8); more with
 # REFERENCE_MODEL_SLOW_SEQUENCES=N (8 keeps `make test` within its budget)
 SLOW_SEQUENCES = int(os.environ.get("REFERENCE_MODEL_SLOW_SEQUENCES") or 8)
@@ -110,25 +115,31 @@ class Flow:
         schemas = {(s.name, v): value_schema(s, v) for s in seqs for v in (1, 2)}
         return cls(uuid.uuid4().hex[:8], seqs, schemas, {})
 
-    def topic(self, seq: model.Sequence) -> str:
-        """The topic of ``seq``."""
-        return f"t_refmodel_{self.run}_{seq.name}"
+    def topic(self, seq: model.Sequence, late: bool = False) -> str:
+        """The topic of ``seq`` (``late``: its late producer's, :attr:`model.Sequence.late`)."""
+        return f"t_refmodel_{self.run}_{'late_' if late else ''}{seq.name}"
 
-    def targets(self, producer: KafkaProducer, version: int = 1) -> dict[str, Target]:
+    def topics(self, seq: model.Sequence) -> list[str]:
+        """Every topic of ``seq``."""
+        return [self.topic(seq), *([self.topic(seq, late=True)] if seq.late else [])]
+
+    def targets(
+        self, producer: KafkaProducer, version: int = 1, late: bool = False
+    ) -> dict[str, Target]:
         """Add every sequence's topic to ``producer`` with schema ``version`` (1 where the
-        sequence changes none); targets by sequence name."""
+        sequence changes none; ``late``: the late producer's topics); targets by sequence."""
         targets = {}
         for seq in self.sequences:
             schema = self.schemas[(seq.name, version if seq.change else 1)]
             targets[seq.name] = producer.add_target(
-                self.topic(seq), seq.name, KeySchema(schema), schema
+                self.topic(seq, late), seq.name, KeySchema(schema), schema
             )
         return targets
 
     @property
     def pattern(self) -> str:
         """The writer's topic regex: every topic of this flow, nothing else."""
-        return f"t_refmodel_{self.run}_S[0-9]+"
+        return f"t_refmodel_{self.run}_(late_)?S[0-9]+"
 
 
 def value_schema(seq: model.Sequence, version: int = 1) -> ValueSchema:
@@ -178,8 +189,9 @@ def harness(spark, kafka_bootstrap, kafka_admin, tmp_path, monkeypatch) -> Itera
 def create_topics(harness: Harness, flow: Flow) -> None:
     """One topic per sequence, with the sequence's partition count."""
     new = [
-        NewTopic(flow.topic(s), num_partitions=s.partitions, replication_factor=1)
+        NewTopic(topic, num_partitions=s.partitions, replication_factor=1)
         for s in flow.sequences
+        for topic in flow.topics(s)
     ]
     for name, future in harness.admin.create_topics(new).items():
         future.result(timeout=60)
@@ -194,20 +206,35 @@ def produce(producer: KafkaProducer, targets: Mapping[str, Target], flow: Flow, 
     for seq in flow.sequences:
         target = targets[seq.name]
         part = slice(0, seq.first_run) if phase == 0 else slice(seq.first_run, None)
-        for txn in seq.transactions[part]:
-            for change in txn.changes:
-                if change.code == "T":
-                    row = create_truncate_row(target.value_schema, change.scope)
-                    row["SEQ"] = change.seq
-                else:
-                    values = seq.typed(phase + 1, change.values)
-                    row = {**values, "__source_rowid": change.rowid}
-                key = create_key_row(row, target.key_schema)
-                producer.produce_row(target, key, row, RowType(change.code), change.partition)
+        for index, txn in enumerate(seq.transactions[part], part.start):
+            if seq.late and index == 0:
+                continue  # the late producer's (produce_late)
+            send(producer, target, seq, txn, phase)
             if txn.committed:
                 producer.commit()
             else:
                 abort(producer, target)
+
+
+def produce_late(producer: KafkaProducer, targets: Mapping[str, Target], flow: Flow) -> None:
+    """Produce the late transactions (:attr:`model.Sequence.late`), left open to commit."""
+    for seq in (s for s in flow.sequences if s.late):
+        send(producer, targets[seq.name], seq, seq.transactions[0], phase=0)
+
+
+def send(
+    producer: KafkaProducer, target: Target, seq: model.Sequence, txn: model.Transaction, phase: int
+) -> None:
+    """Produce the changes of ``txn`` into the producer's open transaction."""
+    for change in txn.changes:
+        if change.code == "T":
+            row = create_truncate_row(target.value_schema, change.scope)
+            row["SEQ"] = change.seq
+        else:
+            values = seq.typed(phase + 1, change.values)
+            row = {**values, "__source_rowid": change.rowid}
+        key = create_key_row(row, target.key_schema)
+        producer.produce_row(target, key, row, RowType(change.code), change.partition)
 
 
 def abort(producer: KafkaProducer, target: Target) -> None:
@@ -227,12 +254,13 @@ def read_back(bootstrap: str, flow: Flow) -> dict[str, dict[int, model.Position]
     for (name, _), schema in flow.schemas.items():
         avro = schema.to_avro_json()
         header = single_object_header(schema_fingerprint(avro))
-        topic = flow.topic(next(s for s in flow.sequences if s.name == name))
-        parsed[(topic, header)] = (name, fastavro.parse_schema(avro))
+        for topic in flow.topics(next(s for s in flow.sequences if s.name == name)):
+            parsed[(topic, header)] = (name, fastavro.parse_schema(avro))
     positions: dict[str, dict[int, model.Position]] = {s.name: {} for s in flow.sequences}
-    for msg in messages(
-        bootstrap, [(flow.topic(s), p) for s in flow.sequences for p in range(s.partitions)]
-    ):
+    partitions = [
+        (t, p) for s in flow.sequences for t in flow.topics(s) for p in range(s.partitions)
+    ]
+    for msg in messages(bootstrap, partitions):
         name, schema = parsed[(msg.topic(), msg.value()[:10])]
         row = fastavro.schemaless_reader(io.BytesIO(msg.value()[10:]), schema, None)
         positions[name][row["SEQ"]] = (msg.partition(), msg.offset())
@@ -371,7 +399,7 @@ def compare(
         )
     topic, at = flow.topic(seq), flow.positions[seq.name]
     want_rejected = {(topic, *at[s]) for s in want.rejected}
-    got_rejected = {r for r in rejected if r[0] == topic}
+    got_rejected = {r for r in rejected if r[0] in flow.topics(seq)}
     if got_rejected != want_rejected:
         problems.append(
             f"  _rejected (topic, partition, offset): expected "
@@ -389,6 +417,7 @@ def check_flows(
     scoped: bool,
     split_batches: bool = False,
     paths: tuple[str, ...] = tuple(PATHS),
+    late: bool = False,
 ) -> None:
     """Generate ``count`` sequences, apply them in groups, compare every one with the model.
 
@@ -397,9 +426,10 @@ def check_flows(
     With ``split_batches`` every group's writer runs cap their micro-batches
     (``--max-offsets-per-trigger``) so a run applies its rows in about three batches, and
     the groups are smaller (:data:`SPLIT_GROUP`): 8 sequences make two groups side by side.
+    With ``late`` the sequences are :func:`model.late_sequences`.
     """
     generation_seed = int(os.environ.get("REFERENCE_MODEL_SEED") or random.getrandbits(32))
-    seqs = model.generate(count, scoped, generation_seed)
+    seqs = model.generate(count, scoped, generation_seed, late)
     ordered = sorted(seqs, key=lambda s: s.first_run < len(s.transactions))  # pausing ones last:
     size = SPLIT_GROUP if split_batches else GROUP
     flows = [Flow.of(ordered[start : start + size]) for start in range(0, len(ordered), size)]
@@ -446,11 +476,24 @@ def apply_group(harness: Harness, flow: Flow, batches: int = 1) -> list[str]:
     create_topics(harness, flow)
     lake, checkpoint = harness.root / flow.run / "lake", harness.root / flow.run / "checkpoint"
     settings_ = KafkaSettings(bootstrap_servers=harness.bootstrap)
-    with KafkaProducer("REFMODEL", f"refmodel_{flow.run}", "test", "dev", settings_) as producer:
+    lates = any(s.late for s in flow.sequences)
+    with ExitStack() as stack:
+        producer = stack.enter_context(
+            KafkaProducer("REFMODEL", f"refmodel_{flow.run}", "test", "dev", settings_)
+        )
+        if lates:  # a second producer; its transaction time comes first: the oldest rows
+            # open across a writer run (the broker would abort it after the default minute)
+            patient = settings_.model_copy(update={"transaction_timeout_ms": LATE_TIMEOUT_MS})
+            late = stack.enter_context(
+                KafkaProducer("REFMODEL", f"refmodel_{flow.run}_late", "test", "dev", patient)
+            )
+            produce_late(late, flow.targets(late, late=True), flow)
         produce(producer, flow.targets(producer), flow, phase=0)
-        if any(s.first_run < len(s.transactions) for s in flow.sequences):
+        if lates or any(s.first_run < len(s.transactions) for s in flow.sequences):
             run_writer(harness.bootstrap, lake, checkpoint, flow, limit)
             produce(producer, flow.targets(producer, version=2), flow, phase=1)
+        if lates:
+            late.commit()
     run_writer(harness.bootstrap, lake, checkpoint, flow, limit)
     flow.positions = read_back(harness.bootstrap, flow)
     check_landing(flow)
@@ -466,6 +509,16 @@ def test_writer_agrees_with_the_reference_model(harness):
 @pytest.mark.slow
 def test_writer_agrees_with_the_reference_model_at_length(harness):
     check_flows(harness, SLOW_SEQUENCES, scoped=True, split_batches=True)
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+@pytest.mark.slow
+def test_a_late_second_producer_loses_to_newer_rows_and_deletes(harness, path):
+    """A second producer feeds the same table through a second topic, out of order: its
+    transaction begins first and commits after the writer applied the others. Its rows are
+    the oldest: they lose to newer rows and to the tombstones of newer deletes, on delta-rs
+    (``driver``) and on Spark alone; compared strictly with the model's time order."""
+    check_flows(harness, LATE_SEQUENCES, scoped=True, paths=(path,), late=True)
 
 
 @pytest.mark.parametrize(

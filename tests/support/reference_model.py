@@ -4,7 +4,11 @@ A :class:`Sequence` is what one flow sends to one table: transactions (committed
 changes of every row type. :func:`expected` says what the lakehouse table must hold afterwards,
 following DESIGN.md ("Row types", "Ordering and time") and nothing of the writer's code:
 
-- transactions apply in time order (one producer: commit order); aborted ones never exist;
+- transactions apply in time order (one producer: commit order); aborted ones never exist.
+  A :attr:`Sequence.late` transaction is the first in time but committed last, by a second
+  producer on a second topic feeding the same table: the writer applies it after the others,
+  and the table must come out as if it had come first (its rows are older; a delete keeps a
+  tombstone). Such sequences have no ARCHIVE, whose stored payload depends on arrival order;
 - a TRUNCATE at time t deletes the rows in its scope older than t: every stored row, none of
   its own transaction;
 - within one transaction and one key, the last row by (partition, offset) wins, a BEFORE image
@@ -107,6 +111,8 @@ class Sequence:
         transactions: In produce (= time) order.
         first_run: Transactions produced before the writer's first run; the rest come after
             it and are applied by a second run.
+        late: Transaction 0 is a second producer's, on a second topic: it begins first (its
+            rows are the oldest) and commits after the writer applied the others.
     """
 
     name: str
@@ -115,6 +121,7 @@ class Sequence:
     transactions: tuple[Transaction, ...]
     first_run: int = 0
     change: str | None = None
+    late: bool = False
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -358,9 +365,12 @@ def _scopes(keys: tuple[str, ...], scoped: bool) -> st.SearchStrategy[dict[str, 
 
 
 @st.composite
-def _step(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> list[Change]:
+def _step(
+    draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool, archives: bool = True
+) -> list[Change]:
     """One change, or a BEFORE image with its UPDATE (keyed tables only)."""
-    codes = [*UPSERTS, *DELETES, "T"] + (["P", "P", "pair", "pair", "pair"] if keys else [])
+    pairs = ["pair", "pair", "pair"] + ["P", "P"] * archives
+    codes = [*UPSERTS, *DELETES, "T"] + (pairs if keys else [])
     code = draw(st.sampled_from(codes))
     if code == "T":
         return [Change("T", {}, draw(_partition(partitions)), scope=draw(_scopes(keys, scoped)))]
@@ -380,8 +390,10 @@ def _step(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> li
 
 
 @st.composite
-def _transaction(draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool) -> Transaction:
-    steps = draw(st.lists(_step(keys, partitions, scoped), min_size=1, max_size=5))
+def _transaction(
+    draw: Any, keys: tuple[str, ...], partitions: int, scoped: bool, archives: bool = True
+) -> Transaction:
+    steps = draw(st.lists(_step(keys, partitions, scoped, archives), min_size=1, max_size=5))
     return Transaction(tuple(c for s in steps for c in s), committed=draw(st.integers(0, 6)) > 0)
 
 
@@ -400,8 +412,26 @@ def sequences(draw: Any, name: str = "S", scoped: bool = True) -> Sequence:
     return _numbered(Sequence(name, keys, partitions, tuple(txns), first_run, change))
 
 
-def generate(count: int, scoped: bool, generation_seed: int) -> list[Sequence]:
-    """``count`` hypothesis examples of :func:`sequences`, named S000, S001, ..."""
+@st.composite
+def late_sequences(draw: Any, name: str = "S", scoped: bool = True) -> Sequence:
+    """A keyed sequence whose first transaction is a late producer's (:attr:`Sequence.late`).
+
+    Its rows use the keys of the others, so they meet stored rows and tombstones newer than
+    them; no ARCHIVE (see the module docstring), no schema change, one run after the others.
+    """
+    keys = draw(st.sampled_from([("K1",), ("K1", "K2")]))
+    partitions = draw(st.integers(2, 3))
+    late = replace(draw(_transaction(keys, partitions, scoped, archives=False)), committed=True)
+    others = draw(
+        st.lists(_transaction(keys, partitions, scoped, archives=False), min_size=1, max_size=4)
+    )
+    txns = (late, *others)
+    return _numbered(Sequence(name, keys, partitions, txns, len(txns), None, late=True))
+
+
+def generate(count: int, scoped: bool, generation_seed: int, late: bool = False) -> list[Sequence]:
+    """``count`` hypothesis examples of :func:`sequences` (:func:`late_sequences` with
+    ``late``), named S000, S001, ..."""
     found: list[Sequence] = []
 
     @seed(generation_seed)
@@ -412,7 +442,7 @@ def generate(count: int, scoped: bool, generation_seed: int) -> list[Sequence]:
         phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(sequences(scoped=scoped))
+    @given(late_sequences(scoped=scoped) if late else sequences(scoped=scoped))
     def collect(seq: Sequence) -> None:
         found.append(seq)
 
@@ -611,10 +641,13 @@ def describe(seq: Sequence, positions: Mapping[int, Position] | None = None) -> 
         if seq.first_run < len(seq.transactions)
         else "one writer run at the end"
     )
+    if seq.late:
+        runs = "txn 1 by a second producer on a second topic, committed after a first writer run"
     changed = f"; schema change {seq.change} before the second run" if seq.change else ""
     lines = [f"table {seq.name}: key {keys}, {seq.partitions} partitions, {runs}{changed}"]
     for number, txn in enumerate(seq.transactions, 1):
-        lines.append(f"  txn {number} {'committed' if txn.committed else 'ABORTED'}:")
+        late = " (late producer)" if seq.late and number == 1 else ""
+        lines.append(f"  txn {number} {'committed' if txn.committed else 'ABORTED'}{late}:")
         for change in txn.changes:
             lines.append("    " + _describe_change(seq, change, (positions or {}).get(change.seq)))
     return "\n".join(lines)
