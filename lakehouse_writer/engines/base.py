@@ -23,13 +23,15 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from lakehouse_writer.errors import LakehouseWriterError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lakehouse_writer.read.summary import RowSummary
     from lakehouse_writer.rules.dialect import Dialect
     from lakehouse_writer.rules.sql import TableShape
     from lakehouse_writer.rules.truncate import Truncate
     from lakehouse_writer.tables.manager import TableInfo
 
-__all__ = ["ApplyResult", "Declined", "Engine", "Rows", "Write"]
+__all__ = ["ApplyResult", "Declined", "Engine", "Rows", "TombstoneStore", "Write"]
 
 Rows = TypeVar("Rows")
 
@@ -145,4 +147,24 @@ class Engine(Protocol, Generic[Rows]):
 
     def version(self, table: TableInfo) -> int:
         """The table's latest Delta version."""
+        ...
+
+
+class TombstoneStore(Protocol):
+    """A table's tombstones read and appended as Arrow in the driver (delta-rs's writes).
+
+    A batch's tombstones are a few keys; an engine whose own reads and appends are jobs (Spark's)
+    hands them to a store where it reaches the table, and does them itself where it does not.
+    """
+
+    def read(self, path: str, table: TableInfo) -> pa.Table | None:
+        """The tombstones at ``path``; None: no table there yet.
+
+        Raises:
+            Declined: The store cannot reach or read them.
+        """
+        ...
+
+    def bury(self, path: str, rows: pa.Table, table: TableInfo, write: Write) -> bool:
+        """Append ``rows`` to the tombstones at ``path`` once as ``write``; False: not done."""
         ...

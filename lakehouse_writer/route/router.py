@@ -183,7 +183,7 @@ class Router:
                 self._leave(info, "spark", str(exc))
             finally:
                 rows.close()
-        spark = SparkEngine(session)
+        spark = SparkEngine(session, self._writes if self._driver else None)
         frame = on_session(table.rows, session)
         return retry_on_conflict(
             lambda: apply_table(

@@ -6,6 +6,11 @@ query as a DataFrame argument of ``spark.sql``); the MERGE's conditions are
 session's conf (:func:`~lakehouse_writer.engines.spark.txn.delta_txn`), an append from its
 options (:func:`~lakehouse_writer.engines.spark.txn.append`): one session per thread
 (:mod:`lakehouse_writer.runtime.parallel`), so each table's writes carry their own.
+
+A table's tombstones are a few keys: where a
+:class:`~lakehouse_writer.engines.base.TombstoneStore` reaches them (delta-rs, given by the
+router when it reaches the lakehouse), they are read and appended in the driver, not by a
+Delta scan and a Delta append of their own; the same transaction id makes either way once.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.engines.base import ApplyResult, Write
+from lakehouse_writer.engines.base import ApplyResult, Declined, TombstoneStore, Write
 from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.engines.spark.gdpr import purge_deleted_rows
 from lakehouse_writer.engines.table import apply_table
@@ -22,7 +27,7 @@ from lakehouse_writer.read.rejected import rejected_rows
 from lakehouse_writer.read.summary import RowSummary, summarize_rows
 from lakehouse_writer.rules.dialect import SPARK
 from lakehouse_writer.rules.merge import merge_clauses
-from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE
+from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE, DELETES
 from lakehouse_writer.rules.sql import (
     TableShape,
     conformed,
@@ -35,6 +40,7 @@ from lakehouse_writer.rules.sql import (
 )
 from lakehouse_writer.rules.tombstones import outlived, tombstones_of
 from lakehouse_writer.rules.truncate import Truncate
+from lakehouse_writer.runtime.lines import dataframe_from_arrow, to_arrow
 from lakehouse_writer.tables.files import last_log_version
 from lakehouse_writer.tables.manager import TableInfo, no_data_files
 from producer_lib.schema import TECHNICAL_FIELDS
@@ -50,6 +56,7 @@ TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 ROWS = "__rows__"  # the relation the rules' SQL reads: the table's rows, bound by _query
 TOMBSTONES = "__tombstones__"  # the table's tombstones, bound by _query
 _FEW_ROWS = 10_000  # a MERGE source this small is one partition: no shuffle for its window
+_LOCAL_TOMBSTONES = 100_000  # tombstones read or appended in the driver by the store, at most
 
 
 def shape_of(table: TableInfo) -> TableShape:
@@ -63,13 +70,17 @@ class SparkEngine:
 
     Args:
         spark: The session the table's work runs on (its own per thread).
+        tombstones: Where it reaches them, reads and appends a table's tombstones in the
+            driver (a Delta scan and a Delta append cost a job each, for a few keys); None:
+            Spark does both.
     """
 
     name = "spark"
     dialect = SPARK
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, tombstones: TombstoneStore | None = None) -> None:
         self._spark = spark
+        self._store = tombstones
         self._kept: tuple[DataFrame, DataFrame] | None = None  # rows, the MERGE source bury cached
 
     def shape(self, table: TableInfo) -> TableShape:
@@ -125,12 +136,32 @@ class SparkEngine:
 
     def outlive(self, rows: DataFrame, table: TableInfo) -> DataFrame:
         """The rows no tombstone of the table outlives (all of them while it has none)."""
-        assert table.tombstones is not None
-        if last_log_version(self._spark, table.tombstones) < 0:
+        tombstones = self._tombstones(table)
+        if tombstones is None:
             return rows
-        tombstones = self._spark.read.format("delta").load(table.tombstones)
         sql = outlived(ROWS, TOMBSTONES, self.shape(table), SPARK)
         return _query(sql, rows, tombstones)
+
+    def _tombstones(self, table: TableInfo) -> DataFrame | None:
+        """The table's tombstones; None while it has none.
+
+        From the store as a small local relation where it reads them, else a Delta scan.
+        """
+        path = table.tombstones
+        assert path is not None
+        if self._store is not None:
+            try:
+                found = self._store.read(path, table)
+            except Declined:
+                found = None  # not read: Spark does
+            else:
+                if found is None or found.num_rows == 0:
+                    return None
+            if found is not None and found.num_rows <= _LOCAL_TOMBSTONES:
+                return dataframe_from_arrow(self._spark, found)
+        if last_log_version(self._spark, path) < 0:
+            return None
+        return self._spark.read.format("delta").load(path)
 
     def bury(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """Append the tombstones of the rows' winning deletes to the table's (created if new).
@@ -146,10 +177,19 @@ class SparkEngine:
         picked = f"SELECT * FROM {ROWS}"  # the source, bound as the rows of the query
         dead = _query(tombstones_of(picked, shape, SPARK), source)
         try:
-            txn.append(dead, table.tombstones, write.app_id, write.version)
+            if not self._buried(dead, table, summary, write):
+                txn.append(dead, table.tombstones, write.app_id, write.version)
         except BaseException:
             self._release()
             raise
+
+    def _buried(self, dead: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> bool:
+        """Append the tombstones ``dead`` through the store; False: not done (Spark does)."""
+        deletes = sum(summary.counts.get(c, 0) for c in (*DELETES, BEFORE))
+        if self._store is None or deletes > _LOCAL_TOMBSTONES:
+            return False
+        assert table.tombstones is not None
+        return self._store.bury(table.tombstones, to_arrow(dead), table, write)
 
     def merge(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """One Delta MERGE of the rows' last row per key, restricted to their key range."""
