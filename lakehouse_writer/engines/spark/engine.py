@@ -56,7 +56,9 @@ TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 ROWS = "__rows__"  # the relation the rules' SQL reads: the table's rows, bound by _query
 TOMBSTONES = "__tombstones__"  # the table's tombstones, bound by _query
 _FEW_ROWS = 10_000  # a MERGE source this small is one partition: no shuffle for its window
-_LOCAL_TOMBSTONES = 100_000  # tombstones read or appended in the driver by the store, at most
+# the most tombstones the store reads or appends in the driver; above, Spark's own scan and
+# append are as fast (docs/PERFORMANCE.md, "Tombstones")
+_LOCAL_TOMBSTONES = 10_000
 
 
 def shape_of(table: TableInfo) -> TableShape:
