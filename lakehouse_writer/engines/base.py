@@ -118,7 +118,7 @@ class Engine(Protocol, Generic[Rows]):
         """DELETE the table's rows ``truncates`` cover, once as ``write``."""
         ...
 
-    def outlive(self, rows: Rows, table: TableInfo) -> Rows:
+    def outlive(self, rows: Rows, table: TableInfo, summary: RowSummary) -> Rows:
         """The rows no tombstone of the table outlives (:func:`~.rules.tombstones.outlived`)."""
         ...
 
@@ -157,8 +157,10 @@ class TombstoneStore(Protocol):
     hands them to a store where it reaches the table, and does them itself where it does not.
     """
 
-    def read(self, path: str, table: TableInfo) -> pa.Table | None:
-        """The tombstones at ``path``; None: no table there yet.
+    def read(self, path: str, table: TableInfo, newer_than: int | None) -> pa.Table | None:
+        """The tombstones at ``path`` newer than ``newer_than`` (µs; None: all of them).
+
+        None: no table there yet.
 
         Raises:
             Declined: The store cannot reach or read them.

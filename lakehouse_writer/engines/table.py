@@ -146,7 +146,7 @@ def _tombstones(
     """
     counts = summary.counts
     if any(counts.get(c) for c in (*UPSERTS, ARCHIVE)):
-        rows = engine.outlive(rows, table)
+        rows = engine.outlive(rows, table, summary)
     if any(counts.get(c) for c in (*DELETES, BEFORE)):
         engine.bury(rows, table, summary, write)
     return rows

@@ -12,7 +12,9 @@ Against a tombstone a later row follows the rule it follows against a stored row
 (:mod:`lakehouse_writer.rules.merge`): an upsert (I/U/A/R) or archive (P) older than the
 tombstone loses (:func:`outlived`, before the rows' MERGE or append); one of the same time or
 newer wins, as it would replace a stored row. Deletes and BEFORE images pass. A TRUNCATE needs
-none: the writer keeps the TRUNCATEs it applied (``TruncateLog``).
+none: the writer keeps the TRUNCATEs it applied (``TruncateLog``). So only the tombstones newer
+than a batch's oldest row can outlive one of its rows: the engines read those alone, and a
+batch newer than all of them (a table's usual batch) is applied without a join.
 
 Tombstones are bounded: ``lakehouse-writer maintain`` deletes those older than
 ``LAKEHOUSE_TOMBSTONE_RETENTION_HOURS`` (a row older than that, arriving later, is applied as

@@ -109,3 +109,29 @@ def test_a_batch_leaves_a_tombstone_per_key_whose_last_row_deletes():
     assert tombstone_columns(SHAPE) == {"k0": "bigint", "__change_time": "timestamp"}
     graves = sorted((f["k0"], int((f["__change_time"] - T0).total_seconds())) for f in found)
     assert graves == [(1, 2), (3, 4), (4, 5)]
+
+
+def test_the_tombstones_read_for_a_batch_are_those_newer_than_its_oldest_row(tmp_path):
+    """delta-rs reads, from a real tombstone table, only those that can outlive a row of the
+    batch; the rule keeps what it keeps against all of them, and a batch newer than every
+    tombstone reads none (the engines then apply it without a join)."""
+    from types import SimpleNamespace
+
+    from deltalake import write_deltalake
+
+    from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
+
+    graves = _tombstones((1, 2), (1, 7), (2, 4), (3, 9))
+    write_deltalake(str(tmp_path / "tombstones"), graves)
+    store, table = DeltaRsWrites(), SimpleNamespace(ref=SimpleNamespace(qualified="NS.T"))
+    rows = _rows((1, "U", 6), (2, "U", 5), (3, "I", 8), (4, "I", 5))
+    oldest = int((T0 + timedelta(seconds=5)).timestamp() * 1_000_000)
+
+    read = store.read(str(tmp_path / "tombstones"), table, oldest)
+    assert read is not None
+    assert sorted(read.column("k0").to_pylist()) == [1, 3]  # (1, 7) and (3, 9)
+    assert _kept(rows, read) == _kept(rows, graves) == [(2, "U", 5), (4, "I", 5)]
+    later = int((T0 + timedelta(seconds=9)).timestamp() * 1_000_000)
+    assert store.read(str(tmp_path / "tombstones"), table, later).num_rows == 0
+    assert store.read(str(tmp_path / "tombstones"), table, None).num_rows == 4
+    assert store.read(str(tmp_path / "none"), table, None) is None

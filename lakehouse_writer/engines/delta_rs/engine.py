@@ -209,11 +209,14 @@ class DeltaRsEngine:
         where = truncated(truncates, self.shape(table), DATAFUSION)
         self._done(self._writes.delete(table, where, write), table, "delete")
 
-    def outlive(self, rows: ArrowRows, table: TableInfo) -> ArrowRows:
-        """The rows no tombstone of the table outlives (all of them while it has none)."""
+    def outlive(self, rows: ArrowRows, table: TableInfo, summary: RowSummary) -> ArrowRows:
+        """The rows no tombstone of the table outlives.
+
+        All of them while none is newer than their oldest row: no join.
+        """
         assert table.tombstones is not None
-        tombstones = self._writes.read(table.tombstones, table)
-        if tombstones is None:
+        tombstones = self._writes.read(table.tombstones, table, summary.oldest)
+        if tombstones is None or tombstones.num_rows == 0:
             return rows
         name = f"tombstones_{next(_names)}"
         rows.con.register(f"{name}_arrow", tombstones)  # a table, as in ArrowRows.of

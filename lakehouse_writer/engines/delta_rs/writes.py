@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from lakehouse_writer.engines.base import Declined, Write
 from lakehouse_writer.rules.row_types import ACTION
+from lakehouse_writer.rules.tombstones import TIME
 from lakehouse_writer.runtime.storage import delta_rs_path
 
 if TYPE_CHECKING:
@@ -152,8 +153,10 @@ class DeltaRsWrites:
 
         return self._write(table, write, "delete", delete)
 
-    def read(self, path: str, table: TableInfo) -> pa.Table | None:
-        """The rows of the Delta table at ``path`` (a table's tombstones); None: no table there.
+    def read(self, path: str, table: TableInfo, newer_than: int | None) -> pa.Table | None:
+        """The tombstones at ``path`` whose change time is after ``newer_than`` (µs; None: all).
+
+        None: no table there.
 
         Raises:
             Declined: delta-rs cannot reach or read it (Spark does).
@@ -165,7 +168,7 @@ class DeltaRsWrites:
             raise Declined("delta-rs cannot reach the tombstones", table=table.ref.qualified)
         try:
             target = where.open_existing()
-            return None if target is None else target.to_pyarrow_table()
+            return None if target is None else _newer(target.to_pyarrow_table(), newer_than)
         except DeltaError as exc:
             raise Declined(
                 f"delta-rs cannot read the tombstones: {_first_line(exc)}",
@@ -337,3 +340,15 @@ def _insertable(rows: pa.Table) -> pa.Table:
 
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _newer(tombstones: pa.Table, than_us: int | None) -> pa.Table:
+    """The tombstones whose change time is after ``than_us`` (all of them when None)."""
+    if than_us is None or tombstones.num_rows == 0:
+        return tombstones
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    times = tombstones[TIME]
+    than = pa.scalar(than_us, pa.timestamp("us", tz=times.type.tz)).cast(times.type)
+    return tombstones.filter(pc.greater(times, than))

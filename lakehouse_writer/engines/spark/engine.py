@@ -38,7 +38,7 @@ from lakehouse_writer.rules.sql import (
     table_columns,
     truncated,
 )
-from lakehouse_writer.rules.tombstones import outlived, tombstones_of
+from lakehouse_writer.rules.tombstones import TIME, outlived, tombstones_of
 from lakehouse_writer.rules.truncate import Truncate
 from lakehouse_writer.runtime.lines import dataframe_from_arrow, to_arrow
 from lakehouse_writer.tables.files import last_log_version
@@ -136,24 +136,29 @@ class SparkEngine:
         with txn.delta_txn(self._spark, write.app_id, write.version):
             DeltaTable.forPath(self._spark, table.path).delete(condition)
 
-    def outlive(self, rows: DataFrame, table: TableInfo) -> DataFrame:
-        """The rows no tombstone of the table outlives (all of them while it has none)."""
-        tombstones = self._tombstones(table)
+    def outlive(self, rows: DataFrame, table: TableInfo, summary: RowSummary) -> DataFrame:
+        """The rows no tombstone of the table outlives.
+
+        All of them while none is newer than their oldest row: no join.
+        """
+        tombstones = self._tombstones(table, summary.oldest)
         if tombstones is None:
             return rows
         sql = outlived(ROWS, TOMBSTONES, self.shape(table), SPARK)
         return _query(sql, rows, tombstones)
 
-    def _tombstones(self, table: TableInfo) -> DataFrame | None:
-        """The table's tombstones; None while it has none.
+    def _tombstones(self, table: TableInfo, newer_than: int | None) -> DataFrame | None:
+        """The table's tombstones newer than ``newer_than`` (µs); None: it has none.
 
         From the store as a small local relation where it reads them, else a Delta scan.
         """
+        from pyspark.sql import functions as F
+
         path = table.tombstones
         assert path is not None
         if self._store is not None:
             try:
-                found = self._store.read(path, table)
+                found = self._store.read(path, table, newer_than)
             except Declined:
                 found = None  # not read: Spark does
             else:
@@ -163,7 +168,10 @@ class SparkEngine:
                 return dataframe_from_arrow(self._spark, found)
         if last_log_version(self._spark, path) < 0:
             return None
-        return self._spark.read.format("delta").load(path)
+        found_by_spark = self._spark.read.format("delta").load(path)
+        if newer_than is None:
+            return found_by_spark
+        return found_by_spark.filter(F.col(TIME) > F.timestamp_micros(F.lit(newer_than)))
 
     def bury(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """Append the tombstones of the rows' winning deletes to the table's (created if new).
