@@ -5,12 +5,18 @@ replace, GDPR delete, an append-only table) and one end-to-end run of the writer
 Kafka, poison rows rejected. ``run_on_line`` builds the line's venv if needed
 (``devstack compat LINE``: its jars from Maven Central) and runs them there on the session's
 broker; a venv that cannot be built fails the calling test with pip's or Maven's output.
+
+Building a venv is a minute or two of pip and Maven, waiting mostly on the network and the
+disk: :func:`build_early` starts it when the session starts (``conftest.py``), in a thread,
+so the compat tests find it built instead of building it in their own time.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -27,12 +33,22 @@ CURATED = [
     "tests/lakehouse_writer/test_writer_e2e.py::test_writer_applies_committed_transactions_and_rejects_poison[one-batch]",
 ]
 _INNER_TIMEOUT_S = 600
+_EARLY: dict[str, Future[compat.CompatEnv]] = {}  # the venvs build_early started, by line
+
+
+def build_early(lines: Iterable[str]) -> None:
+    """Start building the venvs of ``lines``, one after the other, in a background thread."""
+    builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat-venv")
+    for line in sorted(set(lines) - set(_EARLY)):
+        _EARLY[line] = builder.submit(compat.environment, line)
+    builder.shutdown(wait=False)  # the thread ends when its builds are done
 
 
 def run_on_line(line: str, kafka_bootstrap: str, tests: list[str] = CURATED) -> None:
     """Run ``tests`` with the venv of Spark ``line``; fail the calling test unless all pass."""
+    early = _EARLY.get(line)
     try:
-        env = compat.environment(line)
+        env = early.result() if early is not None else compat.environment(line)
     except DevstackError as exc:
         pytest.fail(f"the Spark {line} venv could not be built: {exc}", pytrace=False)
     done = subprocess.run(

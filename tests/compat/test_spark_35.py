@@ -10,7 +10,9 @@ import pytest
 
 from tests.compat.curated import run_on_line
 
+LINE = "3.5"  # the venv conftest.py builds early
+
 
 @pytest.mark.slow
 def test_the_row_types_and_the_writer_pass_on_spark_35(kafka_bootstrap):
-    run_on_line("3.5", kafka_bootstrap)
+    run_on_line(LINE, kafka_bootstrap)
