@@ -71,7 +71,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 # A namespace per test process: the broker's schemas topic outlives a run (a developer's
 # devstack), and another run's sequences give the same table names other column types.
 NAMESPACE = f"REFM_{uuid.uuid4().hex[:6].upper()}"
-SEQUENCES = 50  # hypothesis examples of the default test
+SEQUENCES = 30  # hypothesis examples of the default test (new ones each run)
 LATE_SEQUENCES = 8  # ... of the late producer's test, per path (one writer group)
 LATE_TIMEOUT_MS = 600_000  # the late producer's transaction.timeout.ms
 # the slow test's sequences, every group with capped micro-batches (1-2 min at 8); more with
@@ -502,7 +502,7 @@ def apply_group(harness: Harness, flow: Flow, batches: int = 1) -> list[str]:
 
 @pytest.mark.slow
 def test_writer_agrees_with_the_reference_model(harness):
-    """50 sequences; TRUNCATEs whole-table and scoped (``__truncate``) alike."""
+    """30 sequences; TRUNCATEs whole-table and scoped (``__truncate``) alike."""
     check_flows(harness, SEQUENCES, scoped=True)
 
 

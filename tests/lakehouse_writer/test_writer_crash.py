@@ -1,6 +1,6 @@
-"""Crash safety: kill -9 the writer at random points of a 200k-row load, restart, compare.
+"""Crash safety: kill -9 the writer at random points of a 100k-row load, restart, compare.
 
-The load is produced by the real producer from DuckDB (TRUNCATE + REPLACE of 200k rows, then
+The load is produced by the real producer from DuckDB (TRUNCATE + REPLACE of 100k rows, then
 updates, deletes and inserts; three partitions). The writer runs as `python -m
 lakehouse_writer run` with small batches and is killed (the whole process group: driver and
 JVM) at random moments a few times (fewer when the runs before got through every batch), then
@@ -26,9 +26,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 log = logging.getLogger(__name__)
 
-ROWS, NEW_ROWS = 200_000, 10_000
+ROWS, NEW_ROWS = 100_000, 5_000
 KILLS = 3
-BATCH = 30_000  # --max-offsets-per-trigger: ~9 batches for the ~260k messages
+BATCH = 15_000  # --max-offsets-per-trigger: ~9 batches for the ~130k messages
 
 
 def test_kill_9_at_random_points_then_restart_gives_exactly_the_source(
