@@ -8,11 +8,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install jars postgres browser-tools test test-fast test-slow test-parallel demo bench soak lint up down clean
+.PHONY: help install jars postgres browser-tools test test-fast test-slow test-cluster test-parallel demo bench soak lint up down clean
 
 help:
 	@echo "make demo       run the demo pipeline end to end (sets everything up)"
-	@echo "make test       run the whole test suite (sets everything up)"
+	@echo "make test       run the test suite, all but the cluster suites (sets everything up)"
+	@echo "make test-cluster the suites that start a Spark or a Kafka cluster of their own"
 	@echo "make test-fast  everything but the tests marked slow"
 	@echo "make test-parallel the whole suite as two pytest runs side by side"
 	@echo "make bench      run the benchmarks in bench/ (each prints a RESULT line)"
@@ -46,9 +47,14 @@ browser-tools:
 	scripts/install-browser-tools.sh
 
 # Every test's time (setup, call and teardown) lands in build/test-report.xml (JUnit XML), for
-# finding where the suite's minutes go; the 25 slowest are printed.
+# finding where the suite's minutes go; the 25 slowest are printed. The suites that start a
+# cluster of their own (Spark standalone, three Kafka brokers) are `make test-cluster`'s.
 test: jars postgres browser-tools
-	$(BIN)/python -m pytest --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not cluster" --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
+
+# The writer on a Spark standalone cluster and on three Kafka brokers, nodes killed and restarted.
+test-cluster: jars postgres browser-tools
+	$(BIN)/python -m pytest -m cluster --durations=10 --junitxml=build/test-cluster-report.xml $(PYTEST_ARGS)
 
 # The whole suite as two pytest runs side by side on one broker (tests/shards.py).
 test-parallel: jars postgres browser-tools

@@ -34,7 +34,7 @@ from tests.cluster_kafka.conftest import (
 from tests.cluster_kafka.flow import RowsFlow
 from tests.support.writer import WriterProcess, once_argv
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 ROWS = 50_000
 CHUNKS = 5  # the kill comes after the second of five parts: the transaction is open

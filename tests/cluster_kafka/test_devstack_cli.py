@@ -8,7 +8,7 @@ from devstack import cluster
 from devstack.cli import EXIT_NOT_RUNNING, main
 from devstack.cluster import ClusterLayout
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from devstack.cluster import ClusterLayout
 from tests.cluster_kafka.conftest import delta_hashes, difference, new_flow, run
 from tests.support.writer import WriterProcess
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 INITIAL, STEP = 20_000, 10_000  # the initial load, then one delta load per node away
 CATCH_UP_S = 180.0
