@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lakehouse_writer.rules.dialect import DATAFUSION, SPARK, Dialect, sql_literal
-from lakehouse_writer.rules.row_types import ACTION, BASE_TIME
+from lakehouse_writer.rules.row_types import ACTION, ACTION_DELETE, BASE_TIME
 
 __all__ = ["DATAFUSION", "SPARK", "Dialect", "MergeClauses", "key_range_condition", "merge_clauses"]
 
@@ -80,10 +80,10 @@ def merge_clauses(
     fixed = set(technical)
     return MergeClauses(
         on=on,
-        delete=f"{action} = 'delete' AND {newer}",
+        delete=f"{action} = '{ACTION_DELETE}' AND {newer}",
         replace=f"({action} = 'upsert' AND {newer}) OR ({action} IN {_FOLDS} AND {base_newer})",
         archive=f"{action} IN {_ARCHIVES} AND {newer}",
-        insert=f"{action} != 'delete'",
+        insert=f"{action} != '{ACTION_DELETE}'",
         every=every,
         technical={q(c): f"s.{q(c)}" for c in columns if c in fixed},
     )

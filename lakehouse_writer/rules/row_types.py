@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACTION",
+    "ACTION_DELETE",
     "ARCHIVE",
     "BASE_TIME",
     "BEFORE",
@@ -27,4 +28,5 @@ UPDATE, BEFORE, ARCHIVE, TRUNCATE, GDPR = "U", "B", "P", "T", "G"
 KNOWN = (*UPSERTS, *DELETES, BEFORE, ARCHIVE, TRUNCATE)
 
 ACTION = "__action"  # what a MERGE source row does: upsert, delete, archive, or a fold
+ACTION_DELETE = "delete"  # the ACTION of a row that deletes its key (it leaves a tombstone)
 BASE_TIME = "__base_time"  # the change time of the upsert or delete an archive is folded with

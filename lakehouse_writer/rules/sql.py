@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from lakehouse_writer.rules.dialect import Dialect, sql_literal
 from lakehouse_writer.rules.row_types import (
     ACTION,
+    ACTION_DELETE,
     ARCHIVE,
     BASE_TIME,
     BEFORE,
@@ -141,7 +142,7 @@ def _acted(
     listed = ", ".join(q(c) for c in columns)
     action = (
         f"CASE WHEN {kind} IN ({_codes(UPSERTS)}) THEN 'upsert' "
-        f"WHEN {kind} IN ({_codes(DELETES)}) THEN 'delete' ELSE 'archive' END"
+        f"WHEN {kind} IN ({_codes(DELETES)}) THEN '{ACTION_DELETE}' ELSE 'archive' END"
     )
     acting = _codes((*UPSERTS, *DELETES, ARCHIVE))
     rows = f"SELECT {listed}, {action} AS {q(ACTION)} FROM {relation} WHERE {kind} IN ({acting})"
@@ -165,7 +166,7 @@ def _acted(
         f"'{BEFORE}' AND u.{q('__change_type')} = '{UPDATE}' AND {same_time} AND "
         f"({same_rowid} OR {next_message}) WHERE NOT ({kept})"
     )
-    moved = f"SELECT {listed}, 'delete' AS {q(ACTION)} FROM ({pairs}) m WHERE __pick = 1"
+    moved = f"SELECT {listed}, '{ACTION_DELETE}' AS {q(ACTION)} FROM ({pairs}) m WHERE __pick = 1"
     return f"{rows} UNION ALL {moved}"
 
 

@@ -24,7 +24,7 @@ any row is). A tombstone holds the key, no payload; a GDPR delete's key is kept 
 from __future__ import annotations
 
 from lakehouse_writer.rules.dialect import Dialect
-from lakehouse_writer.rules.row_types import ACTION, ARCHIVE, UPSERTS
+from lakehouse_writer.rules.row_types import ACTION, ACTION_DELETE, ARCHIVE, UPSERTS
 from lakehouse_writer.rules.sql import TableShape
 
 __all__ = ["TIME", "outlived", "tombstone_columns", "tombstones_of"]
@@ -70,4 +70,5 @@ def tombstones_of(source: str, shape: TableShape, dialect: Dialect) -> str:
     """
     q = dialect.quote
     slots = [f"{q(k)} AS {q(_slot(i))}" for i, k in enumerate(shape.keys)]
-    return f"SELECT {', '.join(slots)}, {q(TIME)} FROM ({source}) s WHERE {q(ACTION)} = 'delete'"
+    deletes = f"{q(ACTION)} = '{ACTION_DELETE}'"
+    return f"SELECT {', '.join(slots)}, {q(TIME)} FROM ({source}) s WHERE {deletes}"

@@ -32,7 +32,7 @@ from lakehouse_writer.engines.delta_rs.writes import DeltaRsWrites
 from lakehouse_writer.read.summary import RowSummary
 from lakehouse_writer.rules.dialect import DATAFUSION, DUCKDB
 from lakehouse_writer.rules.merge import merge_clauses
-from lakehouse_writer.rules.row_types import ACTION, ARCHIVE, BEFORE
+from lakehouse_writer.rules.row_types import ACTION, ACTION_DELETE, ARCHIVE, BEFORE
 from lakehouse_writer.rules.sql import (
     TableShape,
     conformed,
@@ -237,7 +237,7 @@ class DeltaRsEngine:
         sql = _merge_source(rows, shape, summary)
         source = _source(rows.arrow(sql), table)
         self._sources.put(sql, source)
-        dead = source.filter(pc.equal(source[ACTION], "delete"))
+        dead = source.filter(pc.equal(source[ACTION], ACTION_DELETE))
         dead = dead.select([*shape.keys, TIME]).rename_columns(list(tombstone_columns(shape)))
         done = self._writes.bury(table.tombstones, dead, table, write)
 

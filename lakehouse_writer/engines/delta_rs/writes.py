@@ -34,7 +34,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lakehouse_writer.engines.base import Declined, Write
-from lakehouse_writer.rules.row_types import ACTION
+from lakehouse_writer.rules.row_types import ACTION, ACTION_DELETE
 from lakehouse_writer.rules.tombstones import TIME
 from lakehouse_writer.runtime.storage import delta_rs_path
 
@@ -335,7 +335,7 @@ def _insertable(rows: pa.Table) -> pa.Table:
     """
     import pyarrow.compute as pc
 
-    return rows.filter(pc.field(ACTION) != "delete")
+    return rows.filter(pc.field(ACTION) != ACTION_DELETE)
 
 
 def _first_line(exc: Exception) -> str:
