@@ -18,7 +18,10 @@ rows (payload columns as the table names them, the technical fields, ``topic``/`
    (of the rows as they are when no key repeats, else of the last row per key).
 5. GDPR deletes (``G``): the table is purged, so no current data file holds their rows.
 
-An append-only table appends its upserts and applies its TRUNCATEs. Each write's
+An append-only table appends its upserts and applies its TRUNCATEs. A history table (SCD
+type 2) takes the same steps: its engine's DELETE closes the versions a TRUNCATE covers and its
+MERGE recomputes the versions of the keys the rows touch (:mod:`lakehouse_writer.rules.history`);
+a reload into it is merged, never appended. Each write's
 ``txnVersion`` is the batch's for that step (:mod:`lakehouse_writer.engines.ids`): replaying
 the batch, on either engine, writes nothing twice.
 """
@@ -168,7 +171,7 @@ def _rows(
             engine.append(rows, table, write, unique=False)
         return False
     only_upserts = not any(counts.get(c) for c in (*DELETES, BEFORE, ARCHIVE))
-    reload = only_upserts and any(t.unscoped for t in truncates)
+    reload = only_upserts and not table.history and any(t.unscoped for t in truncates)
     if reload and (empty or engine.is_empty(table)):
         # A reload rarely repeats a key: its rows are appended as they are, on condition
         # that no key repeats (checked first); else the last per key.

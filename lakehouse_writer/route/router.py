@@ -13,7 +13,8 @@ From named capabilities, not from where a table happens to be handled:
 - **which engine applies it** (:meth:`Router.engine_for`): delta-rs in the driver for a
   batch of at most ``small_merge_rows`` rows of a table delta-rs writes (its storage and its
   table features: :class:`~lakehouse_writer.engines.delta_rs.writes.DeltaRsWrites`), with no
-  GDPR delete (Spark purges) and no row to reject; Spark otherwise.
+  GDPR delete (Spark purges), no row to reject, and not a history table (SCD type 2: Spark
+  keeps its versions); Spark otherwise.
 
 An engine that declines a table (:class:`~lakehouse_writer.engines.base.Declined`) has
 written nothing or only writes Spark skips by their transaction ids; Spark then applies the
@@ -134,7 +135,7 @@ class Router:
 
     def decodes_in_driver(self, info: TableInfo, rows: int) -> bool:
         """Whether a table's raw rows are decoded and applied in the driver."""
-        return bool(info.keys) and self._writes.takes(info, rows)
+        return bool(info.keys) and not info.history and self._writes.takes(info, rows)
 
     def engine_for(self, table: TableRows, rows: int) -> str:
         """``delta-rs`` or ``spark`` for a table's rows of a batch (see above)."""
@@ -142,6 +143,8 @@ class Router:
         if not self._writes.takes(table.info, rows):
             reason = self._unreached or "delta-rs does not write the table here"
             return self._leave(table.info, "spark", reason)
+        if table.info.history:
+            return self._leave(table.info, "spark", "a history table (Spark keeps its versions)")
         if counts.get(GDPR):
             return self._leave(table.info, "spark", "a GDPR delete (Spark purges)")
         refused = (*UPSERTS, "T") if table.info.append_only else KNOWN

@@ -50,6 +50,7 @@ from lakehouse_writer.rules.truncate import Truncate
 
 __all__ = [
     "TableShape",
+    "acting",
     "conformed",
     "latest_rows",
     "merge_source",
@@ -110,7 +111,7 @@ def merge_source(
     """
     q = dialect.quote
     columns = [c for c in present if c != ACTION]
-    acted = _acted(relation, shape, columns, dialect, before)
+    acted = acting(relation, shape, columns, dialect, before)
     keys = ", ".join(q(k) for k in shape.keys)
     order = ", ".join(f"{q(c)} DESC" for c in _ORDER)
     window = f"PARTITION BY {keys} ORDER BY {order}"
@@ -133,10 +134,13 @@ def merge_source(
     )
 
 
-def _acted(
+def acting(
     relation: str, shape: TableShape, columns: list[str], dialect: Dialect, before: bool
 ) -> str:
-    """The rows that act, with their ``__action``; moved keys of BEFORE images as deletes."""
+    """The rows that act: ``columns`` and their ``__action`` (rule 1 of :func:`merge_source`).
+
+    The old key of a BEFORE image whose UPDATE moved it is a delete.
+    """
     q = dialect.quote
     kind = q("__change_type")
     listed = ", ".join(q(c) for c in columns)

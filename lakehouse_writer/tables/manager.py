@@ -44,6 +44,7 @@ from lakehouse_writer.runtime.session import quote_name
 from lakehouse_writer.runtime.storage import delta_rs_path
 from lakehouse_writer.tables import features
 from lakehouse_writer.tables.features import ReaderPolicy, reader_policy
+from lakehouse_writer.tables.history import HISTORY_FIELDS, HISTORY_PROPERTY
 from producer_lib.schema import TECHNICAL_FIELDS, ValueSchema
 from producer_lib.schema.names import path_segment, table_name_problem
 from producer_lib.schema.types import AvroField
@@ -150,6 +151,8 @@ class TableInfo:
         created: True when this writer created the table (then its version 0 holds no rows).
         tombstones: The location of its deletes' tombstones
             (:mod:`lakehouse_writer.rules.tombstones`); None: its deletes keep none.
+        history: True for a history table (SCD type 2,
+            :mod:`lakehouse_writer.tables.history`): a row per version of a key.
     """
 
     ref: TableRef
@@ -158,6 +161,7 @@ class TableInfo:
     columns: dict[str, DataType] = field(hash=False)
     created: bool = False
     tombstones: str | None = None
+    history: bool = False
 
     @property
     def append_only(self) -> bool:
@@ -179,8 +183,9 @@ class TableInfo:
 
 
 def schema_fields(schema: ValueSchema) -> list[AvroField]:
-    """Payload then technical fields: the table's columns."""
-    return [*schema.fields.values(), *TECHNICAL_FIELDS]
+    """Payload then technical fields (then a history table's): the table's columns."""
+    history = HISTORY_FIELDS if schema.history else ()
+    return [*schema.fields.values(), *TECHNICAL_FIELDS, *history]
 
 
 def stats_columns(columns: Iterable[tuple[str, str]]) -> str:
@@ -233,6 +238,8 @@ def table_properties(schema: ValueSchema, policy: ReaderPolicy = EVERY_FEATURE) 
     props[PRIMARY_KEYS_PROPERTY] = json.dumps(list(schema.pks))
     if schema.cluster_columns:
         props[CLUSTER_BY_PROPERTY] = json.dumps(list(schema.cluster_columns))
+    if schema.history:
+        props[HISTORY_PROPERTY] = schema.history
     if schema.foreign_keys:
         props["flow.foreign_keys"] = json.dumps([fk.to_json() for fk in schema.foreign_keys])
     if schema.column_classifications:
@@ -340,7 +347,8 @@ class TableManager:
         keys = tuple(json.loads(properties.get(PRIMARY_KEYS_PROPERTY, "[]")))
         columns = {f.name: f.dataType for f in struct.fields}
         tombstones = ref.path(f"{self._lakehouse.rstrip('/')}/{TOMBSTONES}") if keys else None
-        return TableInfo(ref, path, keys, columns, ref in self._created, tombstones)
+        history = HISTORY_PROPERTY in properties
+        return TableInfo(ref, path, keys, columns, ref in self._created, tombstones, history)
 
 
 def jvm_delta_log(spark: SparkSession, path: str) -> Any:
@@ -581,6 +589,15 @@ def _check_keys(properties: dict[str, str], schema: ValueSchema, ref: TableRef) 
             table=ref.qualified,
             stored_keys=stored,
             new_keys=list(schema.pks),
+        )
+    stored_history = properties.get(HISTORY_PROPERTY)
+    if stored_history != schema.history:
+        raise SchemaEvolutionError(
+            "the table's history changed; a Delta table keeps the history it was created with: "
+            "reload into a new table",
+            table=ref.qualified,
+            stored_history=stored_history,
+            new_history=schema.history,
         )
 
 

@@ -19,6 +19,8 @@ Record-level properties of the schema JSON (all optional except ``primaryKeys``)
     retentionPeriod        ISO 8601 duration, e.g. "P30D"
     deletionPolicy         free text, e.g. "delete-after-retention"
     dataClassification     classification of the whole table
+    history                "scd2": the lakehouse table keeps every version of a key
+                           (producer_lib/schema/_layout.py); only present when set
     expectations           [{"name": ..., "sql": ..., "action": "warn"|"drop"|"fail",
                              "column": ...}]: rules the producer checks before producing
                            (producer_lib/schema/expectations.py); only present when declared
@@ -75,6 +77,7 @@ _KNOWN_PROPS = _RECORD_KEYS | {
     "foreignKeys",
     "truncateText",
     "clusterBy",
+    "history",
     "expectations",
     *GOVERNANCE_PROPERTIES,
 }
@@ -138,6 +141,7 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin, ExpectationsMixin):
         self._governance: dict[str, str] = {}
         self._classifications: dict[str, str] = {}
         self._cluster_by: list[str] = []
+        self._history: str | None = None
         self._expectations: dict[str, Expectation] = {}
         self.properties: dict[str, Any] = {}
         """Further record-level properties, kept as they are."""
@@ -232,6 +236,13 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin, ExpectationsMixin):
             schema["foreignKeys"] = [fk.to_json() for fk in self._fks]
         if self._cluster_by:
             schema["clusterBy"] = list(self._cluster_by)
+        if self._history is not None:
+            if not self._pks:
+                raise SchemaError(
+                    f"history {self._history!r} needs a primary key: a version is of a key",
+                    table=self.name,
+                )
+            schema["history"] = self._history
         if self._expectations:
             schema["expectations"] = [e.to_json() for e in self._expectations.values()]
         schema.update(
@@ -298,6 +309,7 @@ class ValueSchema(KeysMixin, GovernanceMixin, LayoutMixin, ExpectationsMixin):
             )
         self._governance.update({k: raw[k] for k in GOVERNANCE_PROPERTIES if k in raw})
         self.set_cluster_columns(*raw.get("clusterBy", ()))
+        self.set_history(raw.get("history"))
         self._restore_expectations(raw.get("expectations", []))
         self.properties.update({k: v for k, v in raw.items() if k not in _KNOWN_PROPS})
 

@@ -33,7 +33,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 # A namespace per test process: the broker's schemas topic outlives a run (a developer's
 # devstack), and another run's sequences give the same table names other column types.
 NAMESPACE = f"REFM_{uuid.uuid4().hex[:6].upper()}"
-SEQUENCES = 30  # hypothesis examples of the default test (new ones each run)
+SEQUENCES = 24  # hypothesis examples of the default test (new ones each run; a third keep history)
 LATE_SEQUENCES = 8  # ... of the late producer's test, per path (one writer group)
 LATE_TIMEOUT_MS = 600_000  # the late producer's transaction.timeout.ms
 # the slow test's sequences, every group with capped micro-batches (1-2 min at 8); more with
@@ -115,6 +116,7 @@ class Flow:
     sequences: list[model.Sequence]
     schemas: dict[tuple[str, int], ValueSchema]  # by sequence name and schema version
     positions: dict[str, dict[int, model.Position]]
+    times: dict[str, dict[datetime, int]] = field(default_factory=dict)  # time -> txn number
 
     @classmethod
     def of(cls, seqs: list[model.Sequence]) -> Flow:
@@ -165,6 +167,8 @@ def value_schema(seq: model.Sequence, version: int = 1) -> ValueSchema:
     schema.add_field("SEQ", AvroLong(), nullable=False)
     if seq.keys_of(version):
         schema.add_primary_key(*seq.keys_of(version))
+    if seq.history:
+        schema.set_history("scd2")
     return schema
 
 
@@ -256,7 +260,10 @@ def abort(producer: KafkaProducer, target: Target) -> None:
 
 
 def read_back(bootstrap: str, flow: Flow) -> dict[str, dict[int, model.Position]]:
-    """(partition, offset) of every message on the flow's topics, aborted ones too, by SEQ."""
+    """(partition, offset) of every message on the flow's topics, aborted ones too, by SEQ.
+
+    Notes in ``flow.times`` each transaction's change time (its number, 1 first).
+    """
     parsed = {}  # by topic and single-object header: the sequence and the writer schema
     for (name, _), schema in flow.schemas.items():
         avro = schema.to_avro_json()
@@ -271,7 +278,14 @@ def read_back(bootstrap: str, flow: Flow) -> dict[str, dict[int, model.Position]
         name, schema = parsed[(msg.topic(), msg.value()[:10])]
         row = fastavro.schemaless_reader(io.BytesIO(msg.value()[10:]), schema, None)
         positions[name][row["SEQ"]] = (msg.partition(), msg.offset())
+        seq = next(s for s in flow.sequences if s.name == name)
+        index = next(i for i, t in enumerate(seq.transactions) if row["SEQ"] in _seqs(t))
+        flow.times.setdefault(name, {})[row["__change_time"].astimezone(UTC)] = index + 1
     return positions
+
+
+def _seqs(txn: model.Transaction) -> set[int]:
+    return {c.seq for c in txn.changes}
 
 
 def messages(bootstrap: str, partitions: list[tuple[str, int]]) -> list[Message]:
@@ -343,6 +357,8 @@ def lake_rows(spark: Any, lake: Path, flow: Flow) -> dict[str, list[tuple[Any, .
                 for c in ALL_COLUMNS
             ]
             frame = spark.read.format("delta").load(str(path))
+            if seq.history:  # its current versions are the table
+                frame = frame.where("__is_current")
             frames.append(frame.select(F.lit(seq.name).alias("__table"), *cols, "__change_type"))
     rows: dict[str, list[tuple[Any, ...]]] = {s.name: [] for s in flow.sequences}
     columns = {s.name: s.columns for s in flow.sequences}
@@ -350,6 +366,24 @@ def lake_rows(spark: Any, lake: Path, flow: Flow) -> dict[str, list[tuple[Any, .
         name = row["__table"]
         rows[name].append((*(row[c] for c in columns[name]), row["__change_type"]))
     return {name: model.normalized(found) for name, found in rows.items()}
+
+
+def lake_versions(spark: Any, lake: Path, seq: model.Sequence, flow: Flow) -> list[tuple[Any, ...]]:
+    """A history table's versions as :func:`model.expected_history` gives them: payload
+    columns, ``__change_type``, the transactions (numbers) valid from and to, current."""
+    path = lake / NAMESPACE / seq.name
+    if not (path / "_delta_log").exists():
+        return []
+    frame = spark.read.format("delta").load(str(path))
+    times = flow.times[seq.name]
+
+    def index(at: datetime | None) -> int | str | None:
+        return None if at is None else times.get(at.replace(tzinfo=UTC), f"unknown time {at}")
+
+    wanted = [*seq.columns, "__change_type", "__valid_from", "__valid_to", "__is_current"]
+    return model.normalized(
+        (*r[:-3], index(r[-3]), index(r[-2]), r[-1]) for r in frame.select(*wanted).collect()
+    )
 
 
 def rejected_offsets(spark: Any, lake: Path) -> set[tuple[str, int, int]]:
@@ -378,8 +412,9 @@ def mismatches(spark: Any, lake: Path, flow: Flow) -> list[str]:
     reports = []
     for seq in flow.sequences:
         positions = flow.positions[seq.name]
+        versions = lake_versions(spark, lake, seq, flow) if seq.history else None
         problems = compare(
-            seq, model.expected(seq, positions), got_rows[seq.name], rejected, flow, lake
+            seq, model.expected(seq, positions), got_rows[seq.name], rejected, flow, lake, versions
         )
         if problems:
             reports.append("\n".join([model.describe(seq, positions), *problems]))
@@ -393,8 +428,12 @@ def compare(
     rejected: set[tuple[str, int, int]],
     flow: Flow,
     lake: Path,
+    got_versions: list[tuple[Any, ...]] | None = None,
 ) -> list[str]:
-    """What differs between the model's ``want`` and the lakehouse, as text lines."""
+    """What differs between the model's ``want`` and the lakehouse, as text lines.
+
+    ``got_versions``: a history table's versions (:func:`lake_versions`).
+    """
     problems, want_rows = [], want.rows
     if got != want_rows:
         missing = [r for r in want_rows if r not in got]
@@ -412,6 +451,13 @@ def compare(
             f"  _rejected (topic, partition, offset): expected "
             f"{sorted(want_rejected)}, got {sorted(got_rejected)}"
         )
+    if got_versions is not None:
+        want_versions = model.expected_history(seq, flow.positions[seq.name])
+        if got_versions != want_versions:
+            problems.append(
+                f"  history versions {(*seq.columns, '__change_type', 'from', 'to', 'current')}:\n"
+                f"    expected {want_versions}\n    got      {got_versions}"
+            )
     kept = physically_present(lake / NAMESPACE / seq.name, want.purged) if want.purged else None
     if kept:
         problems.append(f"  GDPR: current data files still hold SEQ {sorted(kept)}")
@@ -509,7 +555,8 @@ def apply_group(harness: Harness, flow: Flow, batches: int = 1) -> list[str]:
 
 @pytest.mark.slow
 def test_writer_agrees_with_the_reference_model(harness):
-    """30 sequences; TRUNCATEs whole-table and scoped (``__truncate``) alike."""
+    """24 sequences, about a third of them history tables; TRUNCATEs whole-table and scoped
+    (``__truncate``) alike."""
     check_flows(harness, SEQUENCES, scoped=True)
 
 
@@ -616,3 +663,28 @@ def test_the_model_follows_design(txns, want):
     result = model.expected(seq, {c.seq: (c.partition, c.seq) for _, c in seq.changes()})
     assert [(r[0], r[3], r[-1]) for r in result.rows] == want
     assert result.purged == (frozenset({1}) if "G" in str(txns) else frozenset())
+
+
+def test_the_history_model_keeps_versions_closes_them_and_forgets_a_gdpr_key():
+    txns = [
+        [("I", 1, 0, 1), ("I", 2, 0, 2)],
+        [("U", 1, 0, 3)],
+        [("P", 1, 0, 4)],
+        [("T", 0, 1, 5), ("I", 2, 0, 6)],  # closes every version older than it
+        [("G", 1, 0, 7)],
+    ]
+    seq = model.Sequence("S", ("K1",), 2, tuple(model.transaction(*t) for t in txns), 5)
+
+    def versions(upto: int) -> list[tuple]:
+        cut = replace(seq, transactions=seq.transactions[:upto])
+        at = {c.seq: (c.partition, c.seq) for _, c in cut.changes()}
+        return [(r[0], *r[-5:]) for r in model.expected_history(cut, at)]  # K1, SEQ, ...
+
+    assert versions(4) == [
+        (1, 1, "I", 1, 2, False),
+        (1, 3, "P", 3, 4, False),  # the archive keeps the payload of SEQ 3
+        (1, 3, "U", 2, 3, False),
+        (2, 2, "I", 1, 4, False),
+        (2, 6, "I", 4, None, True),
+    ]
+    assert versions(5) == [(2, 2, "I", 1, 4, False), (2, 6, "I", 4, None, True)]

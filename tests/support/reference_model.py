@@ -16,6 +16,10 @@ following DESIGN.md ("Row types", "Ordering and time") and nothing of the writer
 - I/U/A/R upsert, D/X/G delete by key, P keeps the stored row and marks it archived
   (``__change_type`` = ``P``; with no stored row the archived image itself is kept);
 - G also leaves no current data file holding the deleted image;
+- a :attr:`Sequence.history` table (SCD type 2) keeps every version of a key
+  (:func:`expected_history`, through ``tests/support/history_model.py``): each from its
+  transaction to the next change of its key or a TRUNCATE covering it, a G removing every
+  version of its key; its current versions are the table above;
 - without a primary key the table is append-only: I/U/A/R append, T truncates, D/X/G are
   rejected;
 - a sequence may change its table's schema between the writer's two runs (:data:`CHANGES`):
@@ -38,6 +42,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+
+from tests.support.history_model import Event, History
 
 KEY_VALUES: dict[str, tuple[Any, ...]] = {"K1": (1, 2, 3), "K2": ("a", "b")}
 REGIONS = ("A", "B", None)  # REGION: the nullable scope column
@@ -113,6 +119,7 @@ class Sequence:
             it and are applied by a second run.
         late: Transaction 0 is a second producer's, on a second topic: it begins first (its
             rows are the oldest) and commits after the writer applied the others.
+        history: The table keeps every version of a key (``set_history("scd2")``).
     """
 
     name: str
@@ -122,6 +129,7 @@ class Sequence:
     first_run: int = 0
     change: str | None = None
     late: bool = False
+    history: bool = False
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -250,6 +258,37 @@ def expected(seq: Sequence, positions: Mapping[int, Position]) -> Expected:
                 rows[key] = (change.values, change.code)
     table = [(*(v.get(c) for c in seq.columns), code) for v, code in rows.values()]
     return Expected(normalized(table), refused, frozenset(purged))
+
+
+def expected_history(seq: Sequence, positions: Mapping[int, Position]) -> list[tuple[Any, ...]]:
+    """The versions of a history table: payload columns, ``__change_type``, the numbers (1
+    first, as :func:`describe`) of the transactions it is valid from and to (None: current),
+    and whether it is current; sorted."""
+    applied, _ = _applied(seq)
+    events: list[Event] = []
+    for index, txn in applied:
+        for change in (c for c in txn.changes if c.code == "T"):
+            scope = change.scope or {}
+            events.append(Event(index + 1, "truncate", covers=_covers(scope)))
+        for key, (action, change) in _winners(seq, txn, positions).items():
+            kind = "erase" if change.code == "G" else action
+            values = seq.typed(seq.version(index), change.values)
+            events.append(Event(index + 1, kind, key, values, change.code))
+    return normalized(
+        (
+            *(v.payload.get(c) for c in seq.columns),
+            v.code,
+            v.valid_from,
+            v.valid_to,
+            v.valid_to is None,
+        )
+        for v in History().apply(events).rows()
+    )
+
+
+def _covers(scope: Mapping[str, Any]) -> Any:
+    """Whether a version's payload is in a TRUNCATE's scope (as :func:`_truncate` says)."""
+    return lambda payload: all(payload.get(c) == x for c, x in scope.items())
 
 
 def _winners(
@@ -409,7 +448,10 @@ def sequences(draw: Any, name: str = "S", scoped: bool = True) -> Sequence:
         kinds = [k for k in CHANGES if k != "key-none" or keys]
         kinds = [k for k in kinds if k != "key-narrower" or len(keys) > 1]
         change = draw(st.sampled_from([None, None, *kinds]))
-    return _numbered(Sequence(name, keys, partitions, tuple(txns), first_run, change))
+    history = bool(keys) and change is None and draw(st.integers(0, 3)) == 0
+    return _numbered(
+        Sequence(name, keys, partitions, tuple(txns), first_run, change, history=history)
+    )
 
 
 @st.composite
@@ -644,6 +686,7 @@ def describe(seq: Sequence, positions: Mapping[int, Position] | None = None) -> 
     if seq.late:
         runs = "txn 1 by a second producer on a second topic, committed after a first writer run"
     changed = f"; schema change {seq.change} before the second run" if seq.change else ""
+    changed += "; a history table (SCD2)" if seq.history else ""
     lines = [f"table {seq.name}: key {keys}, {seq.partitions} partitions, {runs}{changed}"]
     for number, txn in enumerate(seq.transactions, 1):
         late = " (late producer)" if seq.late and number == 1 else ""

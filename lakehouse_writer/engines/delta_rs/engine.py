@@ -9,7 +9,8 @@ merges, deletes and appends with the same conditions (DataFusion's dialect) and 
 transaction ids (:class:`~lakehouse_writer.engines.delta_rs.writes.DeltaRsWrites`).
 
 It declines (:class:`~lakehouse_writer.engines.base.Declined`, nothing written) a table it
-cannot write and a GDPR delete (the purge is Spark's); a write delta-rs fails is declined too,
+cannot write, a GDPR delete (the purge is Spark's) and a history table (SCD type 2); a write
+delta-rs fails is declined too,
 and Spark does it — skipping what delta-rs committed, by the same transaction ids.
 """
 
@@ -44,8 +45,8 @@ from lakehouse_writer.rules.sql import (
 )
 from lakehouse_writer.rules.tombstones import TIME, outlived, tombstone_columns
 from lakehouse_writer.rules.truncate import Truncate
+from lakehouse_writer.runtime import duck
 from producer_lib.schema import TECHNICAL_FIELDS
-from producer_lib.staging.extensions import load_packaged_extension
 
 if TYPE_CHECKING:
     from lakehouse_writer.tables.manager import TableInfo
@@ -57,34 +58,6 @@ log = logging.getLogger(__name__)
 TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 _names = count()
 _ARROW_TIME = pa.timestamp("us", "UTC")  # Spark's TimestampType in Arrow
-_CONFIG: dict[str, str | bool | int | float | list[str]] = {
-    "threads": 1,  # tiny tables: one core
-    # DuckDB 1.5.5's rewrite of ``row_number() ... = 1`` into an aggregate fails (INTERNAL
-    # Error: "Attempted to access index 7 within vector of size 7") on the MERGE source of a
-    # table with two key columns whose batch pairs BEFORE images; the rules' text is valid
-    # SQL, and without the rewrite DuckDB runs it (tests/lakehouse_writer/test_rules_sql.py).
-    "disabled_optimizers": "top_n_window_elimination",
-}
-
-
-class _Database:
-    """One in-memory DuckDB for the process, with time zones (ICU, UTC); a cursor per use."""
-
-    _lock = threading.Lock()
-    _database: duckdb.DuckDBPyConnection | None = None
-
-    @classmethod
-    def cursor(cls) -> duckdb.DuckDBPyConnection:
-        """A connection of its own (temp tables are per connection) to the shared database."""
-        with cls._lock:
-            if cls._database is None:
-                database = duckdb.connect(config=_CONFIG)
-                load_packaged_extension(database, "icu")  # TIMESTAMPTZ: the change times
-                database.execute("SET TimeZone = 'UTC'")
-                cls._database = database
-            cursor = cls._database.cursor()
-        cursor.execute("SET TimeZone = 'UTC'")
-        return cursor
 
 
 @dataclass(frozen=True)
@@ -110,7 +83,7 @@ class ArrowRows:
         A table, not a view over the Arrow data: DuckDB 1.5.5 imports pytz for a self-join
         over a registered Arrow table with time zone timestamps (the rules' BEFORE pairs).
         """
-        con, name = _Database.cursor(), f"rows_{next(_names)}"
+        con, name = duck.cursor(), f"rows_{next(_names)}"
         con.register(f"{name}_arrow", rows)
         con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{name}_arrow"')
         con.unregister(f"{name}_arrow")
@@ -206,6 +179,7 @@ class DeltaRsEngine:
 
     def delete(self, table: TableInfo, truncates: Sequence[Truncate], write: Write) -> None:
         """One delta-rs DELETE of what ``truncates`` cover, as ``write``."""
+        _no_history(table)
         where = truncated(truncates, self.shape(table), DATAFUSION)
         self._done(self._writes.delete(table, where, write), table, "delete")
 
@@ -232,6 +206,7 @@ class DeltaRsEngine:
 
         They are the deletes of the MERGE's source, which is kept for the MERGE that follows.
         """
+        _no_history(table)
         assert table.tombstones is not None
         shape = self.shape(table)
         sql = _merge_source(rows, shape, summary)
@@ -245,6 +220,7 @@ class DeltaRsEngine:
 
     def merge(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """One delta-rs MERGE of the rows' last row per key, restricted to their key range."""
+        _no_history(table)
         sql = _merge_source(rows, self.shape(table), summary)
         clauses = merge_clauses(
             list(table.columns), table.keys, TECHNICAL, DATAFUSION, summary.key_range
@@ -254,6 +230,7 @@ class DeltaRsEngine:
 
     def append(self, rows: ArrowRows, table: TableInfo, write: Write, *, unique: bool) -> bool:
         """Append the rows' upserts (with ``unique``, only when no key repeats)."""
+        _no_history(table)
         if unique and table.keys:
             if rows.con.execute(repeated_keys(rows.sql, table.keys, DUCKDB)).fetchall():
                 return False
@@ -316,3 +293,9 @@ def arrow_schema(table: TableInfo) -> pa.Schema:
     return pa.schema(
         [pa.field(name, to_arrow_type(dtype)) for name, dtype in table.columns.items()]
     )
+
+
+def _no_history(table: TableInfo) -> None:
+    """Decline a history table (SCD type 2) before its first write: Spark keeps its versions."""
+    if table.history:
+        raise Declined("a history table (Spark keeps its versions)", table=table.ref.qualified)

@@ -22,10 +22,17 @@ from typing import TYPE_CHECKING, Any
 from lakehouse_writer.engines.base import ApplyResult, Declined, TombstoneStore, Write
 from lakehouse_writer.engines.spark import txn
 from lakehouse_writer.engines.spark.gdpr import purge_deleted_rows
+from lakehouse_writer.engines.spark.history import DriverHistory
 from lakehouse_writer.engines.table import apply_table
 from lakehouse_writer.read.rejected import rejected_rows
 from lakehouse_writer.read.summary import RowSummary, summarize_rows
 from lakehouse_writer.rules.dialect import SPARK
+from lakehouse_writer.rules.history import (
+    closing_source,
+    history_clauses,
+    history_source,
+    stored_versions,
+)
 from lakehouse_writer.rules.merge import merge_clauses
 from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE, DELETES
 from lakehouse_writer.rules.sql import (
@@ -46,6 +53,7 @@ from lakehouse_writer.tables.manager import TableInfo, no_data_files
 from producer_lib.schema import TECHNICAL_FIELDS
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["SparkEngine", "apply_batch", "no_repeated_keys", "shape_of", "upserts"]
@@ -55,6 +63,8 @@ log = logging.getLogger(__name__)
 TECHNICAL = frozenset(f.name for f in TECHNICAL_FIELDS)
 ROWS = "__rows__"  # the relation the rules' SQL reads: the table's rows, bound by _query
 TOMBSTONES = "__tombstones__"  # the table's tombstones, bound by _query
+STORED = "__stored__"  # a history table's versions the rows touch, bound by _query
+TARGET = "__target__"  # a history table's rows, bound by _query
 _FEW_ROWS = 10_000  # a MERGE source this small is one partition: no shuffle for its window
 # the most tombstones the store reads or appends in the driver; above, Spark's own scan and
 # append are as fast (docs/PERFORMANCE.md, "Tombstones")
@@ -75,14 +85,22 @@ class SparkEngine:
         tombstones: Where it reaches them, reads and appends a table's tombstones in the
             driver (a Delta scan and a Delta append cost a job each, for a few keys); None:
             Spark does both.
+        history: Where a small history MERGE's source is computed in the driver (default:
+            batches of up to 10,000 rows).
     """
 
     name = "spark"
     dialect = SPARK
 
-    def __init__(self, spark: SparkSession, tombstones: TombstoneStore | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        tombstones: TombstoneStore | None = None,
+        history: DriverHistory | None = None,
+    ) -> None:
         self._spark = spark
         self._store = tombstones
+        self._small_history = history or DriverHistory()
         self._kept: tuple[DataFrame, DataFrame] | None = None  # rows, the MERGE source bury cached
 
     def shape(self, table: TableInfo) -> TableShape:
@@ -128,10 +146,19 @@ class SparkEngine:
         return bool(spark.read.format("delta").load(table.path).isEmpty())
 
     def delete(self, table: TableInfo, truncates: Sequence[Truncate], write: Write) -> None:
-        """One Delta DELETE of what ``truncates`` cover, as ``write``."""
+        """One Delta DELETE of what ``truncates`` cover, as ``write``.
+
+        A history table's versions are closed, not deleted: one MERGE of
+        :func:`~lakehouse_writer.rules.history.closing_source`.
+        """
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
+        if table.history:
+            stored = self._spark.read.format("delta").load(table.path)
+            closing = closing_source(ROWS, self.shape(table), truncates, SPARK)
+            self._merge_history(_query(closing, stored), table, write)
+            return
         condition = F.expr(truncated(truncates, self.shape(table), SPARK))
         with txn.delta_txn(self._spark, write.app_id, write.version):
             DeltaTable.forPath(self._spark, table.path).delete(condition)
@@ -145,7 +172,7 @@ class SparkEngine:
         if tombstones is None:
             return rows
         sql = outlived(ROWS, TOMBSTONES, self.shape(table), SPARK)
-        return _query(sql, rows, tombstones)
+        return _query(sql, rows, tombstones=tombstones)
 
     def _tombstones(self, table: TableInfo, newer_than: int | None) -> DataFrame | None:
         """The table's tombstones newer than ``newer_than`` (µs); None: it has none.
@@ -202,7 +229,15 @@ class SparkEngine:
         return self._store.bury(table.tombstones, to_arrow(dead), table, write)
 
     def merge(self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write) -> None:
-        """One Delta MERGE of the rows' last row per key, restricted to their key range."""
+        """One Delta MERGE of the rows' last row per key, restricted to their key range.
+
+        Into a history table, one MERGE of the versions of the keys the rows touch
+        (:func:`~lakehouse_writer.rules.history.history_source`).
+        """
+        if table.history:
+            self._release()
+            self._history(rows, table, summary, write)
+            return
         kept = self._kept
         try:
             source = kept[1] if kept and kept[0] is rows else self._source(rows, table, summary)
@@ -243,6 +278,56 @@ class SparkEngine:
                 .whenMatchedUpdate(clauses.replace, set=_assigned(clauses.every))
                 .whenMatchedUpdate(clauses.archive, set=_assigned(clauses.technical))
                 .whenNotMatchedInsert(clauses.insert, values=_assigned(clauses.every))
+                .execute()
+            )
+
+    def _history(
+        self, rows: DataFrame, table: TableInfo, summary: RowSummary, write: Write
+    ) -> None:
+        """The MERGE of a history table: the touched keys' versions recomputed.
+
+        Computed in the driver for a small batch (:class:`DriverHistory`), else by Spark.
+        """
+        from pyspark.sql import functions as F
+
+        shape = self.shape(table)
+        target = self._spark.read.format("delta").load(table.path)
+        if summary.key_range is not None:  # the stored versions' files only, where they can be
+            first = table.keys[0]
+            low, high = (F.lit(v).cast(table.columns[first]) for v in summary.key_range)
+            target = target.filter(F.col(SPARK.quote(first)).between(low, high))
+        touched = stored_versions(TARGET, ROWS, shape, SPARK)
+        before = bool(summary.counts.get(BEFORE))
+        if self._small_history.takes(sum(summary.counts.values()), shape, rows.columns):
+            arrow = to_arrow(rows)
+            candidates = to_arrow(_with_first_key(target, table.keys[0], arrow))
+            source = self._small_history.source(
+                self._spark, arrow, candidates, shape, rows.columns, before
+            )
+            if source is not None:  # rows that change nothing (an UPDATE's kept key's image)
+                self._merge_history(source, table, write)
+            return
+        kept = _query(touched, rows, target=target).persist()
+        try:
+            sql = history_source(ROWS, STORED, shape, rows.columns, SPARK, before=before)
+            self._merge_history(_query(sql, rows, stored=kept), table, write)
+        finally:
+            kept.unpersist()
+
+    def _merge_history(self, source: DataFrame, table: TableInfo, write: Write) -> None:
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        clauses = history_clauses(self.shape(table), SPARK)
+        every = _assigned(clauses.every)
+        with txn.delta_txn(self._spark, write.app_id, write.version):
+            (
+                DeltaTable.forPath(self._spark, table.path)
+                .alias("t")
+                .merge(source.alias("s"), F.expr(clauses.on))
+                .whenMatchedDelete(clauses.drop)
+                .whenMatchedUpdate(clauses.keep, set=every)
+                .whenNotMatchedInsert(clauses.keep, values=every)
                 .execute()
             )
 
@@ -307,18 +392,34 @@ def _merge_source(rows: DataFrame, shape: TableShape, summary: RowSummary) -> st
     )
 
 
-def _query(sql: str, rows: DataFrame, tombstones: DataFrame | None = None) -> DataFrame:
+def _with_first_key(target: DataFrame, column: str, rows: pa.Table) -> DataFrame:
+    """The rows of ``target`` whose first key column holds a value it holds in ``rows``.
+
+    A literal list, not a join: Delta skips the files whose statistics hold none of them.
+    """
+    from pyspark.sql import functions as F
+
+    values = rows.column(column).unique().to_pylist()
+    wanted = F.col(SPARK.quote(column)).isin([v for v in values if v is not None])
+    return target.filter(wanted | F.col(SPARK.quote(column)).isNull() if None in values else wanted)
+
+
+_NAMES = {"rows": ROWS, "tombstones": TOMBSTONES, "stored": STORED, "target": TARGET}
+
+
+def _query(sql: str, rows: DataFrame, **others: DataFrame) -> DataFrame:
     """``sql`` over ``rows`` (named :data:`ROWS` in it), on the rows' session.
 
-    ``tombstones``, when given, is :data:`TOMBSTONES` in it. ``spark.sql`` formats its text
-    with the DataFrames it is given: braces of the rules' text (a column named ``a{b}``) are
-    doubled first.
+    ``others`` bind the other relations by keyword: ``tombstones`` (:data:`TOMBSTONES` in
+    the text), ``stored`` (:data:`STORED`), ``target`` (:data:`TARGET`). ``spark.sql``
+    formats its text with the DataFrames it is given: braces of the rules' text (a column
+    named ``a{b}``) are doubled first.
     """
-    text = sql.replace("{", "{{").replace("}", "}}").replace(ROWS, "{rows}")
-    if tombstones is None:
-        return rows.sparkSession.sql(text, rows=rows)
-    text = text.replace(TOMBSTONES, "{tombstones}")
-    return rows.sparkSession.sql(text, rows=rows, tombstones=tombstones)
+    text = sql.replace("{", "{{").replace("}", "}}")
+    frames: dict[str, Any] = {"rows": rows, **others}
+    for keyword in frames:
+        text = text.replace(_NAMES[keyword], "{" + keyword + "}")
+    return rows.sparkSession.sql(text, None, **frames)
 
 
 def _assigned(pairs: dict[str, str]) -> dict[str, str | Column]:

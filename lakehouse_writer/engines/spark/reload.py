@@ -302,6 +302,8 @@ def speculate(
     from pyspark.sql import functions as F
 
     spark = batch.sparkSession
+    if info.history:
+        return "a history table: its rows become versions"
     if info.tombstones and last_log_version(spark, info.tombstones) >= 0:
         return "the table keeps tombstones: its rows go through them"
     topic = expected.entry.topic
