@@ -3,7 +3,7 @@
 A history table held in DuckDB takes each batch as the writer's MERGE would (the source's
 ``drop`` rows deleted, its ``keep`` rows replacing or inserting the version of their key and
 ``__valid_from``); the versions must equal ``tests/support/history_model.py``'s. Spark runs
-the same text against Delta tables in test_history.py.
+the same text against Delta tables in test_history_tables.py.
 """
 
 from __future__ import annotations
