@@ -375,7 +375,7 @@ def lake_versions(spark: Any, lake: Path, seq: model.Sequence, flow: Flow) -> li
     if not (path / "_delta_log").exists():
         return []
     frame = spark.read.format("delta").load(str(path))
-    times = flow.times[seq.name]
+    times = flow.times.get(seq.name, {})  # none when no row of it reached the log
 
     def index(at: datetime | None) -> int | str | None:
         return None if at is None else times.get(at.replace(tzinfo=UTC), f"unknown time {at}")

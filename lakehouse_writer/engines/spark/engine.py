@@ -193,9 +193,14 @@ class SparkEngine:
                     return None
             if found is not None and found.num_rows <= _LOCAL_TOMBSTONES:
                 return dataframe_from_arrow(self._spark, found)
-        if last_log_version(self._spark, path) < 0:
+        version = last_log_version(self._spark, path)
+        if version < 0:
             return None
-        found_by_spark = self._spark.read.format("delta").load(path)
+        # Read as of now: the batch appends its own tombstones before its MERGE, and a write
+        # to a path makes Spark compute again the cached plans that read it (the MERGE source
+        # bury caches). Unpinned, that second reading let them outlive the batch's own rows.
+        reader = self._spark.read.format("delta").option("versionAsOf", version)
+        found_by_spark = reader.load(path)
         if newer_than is None:
             return found_by_spark
         return found_by_spark.filter(F.col(TIME) > F.timestamp_micros(F.lit(newer_than)))
