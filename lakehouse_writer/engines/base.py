@@ -90,6 +90,10 @@ class Engine(Protocol, Generic[Rows]):
     name: str
     dialect: Dialect
 
+    def declines(self, table: TableInfo) -> str | None:
+        """Why the engine writes no batch of ``table`` at all; None: it writes them."""
+        ...
+
     def shape(self, table: TableInfo) -> TableShape:
         """The table as the rules see it."""
         ...

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakehouse_writer.engines import ids
-from lakehouse_writer.engines.base import ApplyResult, Engine, Write
+from lakehouse_writer.engines.base import ApplyResult, Declined, Engine, Write
 from lakehouse_writer.errors import LakehouseWriterError
 from lakehouse_writer.rules.row_types import ARCHIVE, BEFORE, DELETES, GDPR, KNOWN, UPSERTS
 from lakehouse_writer.rules.sql import truncated
@@ -75,6 +75,9 @@ def apply_table(
         Declined: The engine does not apply this table (before it wrote anything).
         LakehouseWriterError: More writes than a batch's txn versions hold.
     """
+    declined = engine.declines(table)
+    if declined is not None:
+        raise Declined(declined, table=table.ref.qualified)
     steps, shape = Steps(), engine.shape(table)
     app_id = ids.app_id_for(instance_id, table.ref.qualified)
     with steps("summary"):

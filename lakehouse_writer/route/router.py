@@ -135,7 +135,8 @@ class Router:
 
     def decodes_in_driver(self, info: TableInfo, rows: int) -> bool:
         """Whether a table's raw rows are decoded and applied in the driver."""
-        return bool(info.keys) and not info.history and self._writes.takes(info, rows)
+        declined = self._delta_rs.declines(info)
+        return bool(info.keys) and declined is None and self._writes.takes(info, rows)
 
     def engine_for(self, table: TableRows, rows: int) -> str:
         """``delta-rs`` or ``spark`` for a table's rows of a batch (see above)."""
@@ -143,8 +144,9 @@ class Router:
         if not self._writes.takes(table.info, rows):
             reason = self._unreached or "delta-rs does not write the table here"
             return self._leave(table.info, "spark", reason)
-        if table.info.history:
-            return self._leave(table.info, "spark", "a history table (Spark keeps its versions)")
+        declined = self._delta_rs.declines(table.info)
+        if declined is not None:
+            return self._leave(table.info, "spark", declined)
         if counts.get(GDPR):
             return self._leave(table.info, "spark", "a GDPR delete (Spark purges)")
         refused = (*UPSERTS, "T") if table.info.append_only else KNOWN

@@ -148,6 +148,10 @@ class DeltaRsEngine:
         self._writes = writes
         self._sources = _Sources()
 
+    def declines(self, table: TableInfo) -> str | None:
+        """A history table (SCD type 2) is Spark's: its versions are computed there."""
+        return "a history table (Spark keeps its versions)" if table.history else None
+
     def shape(self, table: TableInfo) -> TableShape:
         """The table as the rules see it."""
         columns = {name: dtype.simpleString() for name, dtype in table.columns.items()}
@@ -179,7 +183,6 @@ class DeltaRsEngine:
 
     def delete(self, table: TableInfo, truncates: Sequence[Truncate], write: Write) -> None:
         """One delta-rs DELETE of what ``truncates`` cover, as ``write``."""
-        _no_history(table)
         where = truncated(truncates, self.shape(table), DATAFUSION)
         self._done(self._writes.delete(table, where, write), table, "delete")
 
@@ -206,7 +209,6 @@ class DeltaRsEngine:
 
         They are the deletes of the MERGE's source, which is kept for the MERGE that follows.
         """
-        _no_history(table)
         assert table.tombstones is not None
         shape = self.shape(table)
         sql = _merge_source(rows, shape, summary)
@@ -220,7 +222,6 @@ class DeltaRsEngine:
 
     def merge(self, rows: ArrowRows, table: TableInfo, summary: RowSummary, write: Write) -> None:
         """One delta-rs MERGE of the rows' last row per key, restricted to their key range."""
-        _no_history(table)
         sql = _merge_source(rows, self.shape(table), summary)
         clauses = merge_clauses(
             list(table.columns), table.keys, TECHNICAL, DATAFUSION, summary.key_range
@@ -230,7 +231,6 @@ class DeltaRsEngine:
 
     def append(self, rows: ArrowRows, table: TableInfo, write: Write, *, unique: bool) -> bool:
         """Append the rows' upserts (with ``unique``, only when no key repeats)."""
-        _no_history(table)
         if unique and table.keys:
             if rows.con.execute(repeated_keys(rows.sql, table.keys, DUCKDB)).fetchall():
                 return False
@@ -293,9 +293,3 @@ def arrow_schema(table: TableInfo) -> pa.Schema:
     return pa.schema(
         [pa.field(name, to_arrow_type(dtype)) for name, dtype in table.columns.items()]
     )
-
-
-def _no_history(table: TableInfo) -> None:
-    """Decline a history table (SCD type 2) before its first write: Spark keeps its versions."""
-    if table.history:
-        raise Declined("a history table (Spark keeps its versions)", table=table.ref.qualified)

@@ -103,6 +103,10 @@ class SparkEngine:
         self._small_history = history or DriverHistory()
         self._kept: tuple[DataFrame, DataFrame] | None = None  # rows, the MERGE source bury cached
 
+    def declines(self, table: TableInfo) -> str | None:
+        """None: Spark writes every table."""
+        return None
+
     def shape(self, table: TableInfo) -> TableShape:
         """The table as the rules see it."""
         return shape_of(table)
@@ -301,7 +305,6 @@ class SparkEngine:
             first = table.keys[0]
             low, high = (F.lit(v).cast(table.columns[first]) for v in summary.key_range)
             target = target.filter(F.col(SPARK.quote(first)).between(low, high))
-        touched = stored_versions(TARGET, ROWS, shape, SPARK)
         before = bool(summary.counts.get(BEFORE))
         if self._small_history.takes(sum(summary.counts.values()), shape, rows.columns):
             arrow = to_arrow(rows)
@@ -312,6 +315,7 @@ class SparkEngine:
             if source is not None:  # rows that change nothing (an UPDATE's kept key's image)
                 self._merge_history(source, table, write)
             return
+        touched = stored_versions(TARGET, ROWS, shape, SPARK)
         kept = _query(touched, rows, target=target).persist()
         try:
             sql = history_source(ROWS, STORED, shape, rows.columns, SPARK, before=before)
