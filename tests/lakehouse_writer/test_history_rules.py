@@ -9,7 +9,7 @@ the same text against Delta tables in test_history_tables.py.
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
@@ -26,8 +26,8 @@ from lakehouse_writer.rules.history import (
 from lakehouse_writer.rules.sql import TableShape
 from lakehouse_writer.rules.truncate import Truncate
 from tests.support.history_model import Event, History
+from tests.support.rule_rows import T0, batch_rows
 
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
 SHAPE = TableShape(
     columns={
         "ID": "bigint",
@@ -102,20 +102,7 @@ def _seconds(at: datetime | None) -> int | None:
 
 
 def _rows(rows: list[tuple[int, str, int, str]]) -> pa.Table:
-    return pa.table(
-        {
-            "ID": pa.array([r[0] for r in rows], pa.int64()),
-            "NAME": [r[3] for r in rows],
-            "__change_type": [r[1] for r in rows],
-            "__change_time": pa.array(
-                [T0 + timedelta(seconds=r[2]) for r in rows], pa.timestamp("us", "UTC")
-            ),
-            "__source_rowid": pa.array([None] * len(rows), pa.string()),
-            "topic": ["t"] * len(rows),
-            "partition": pa.array([0] * len(rows), pa.int32()),
-            "offset": pa.array(range(len(rows)), pa.int64()),
-        }
-    )
+    return batch_rows(rows)
 
 
 def _modelled(events: list[Event]) -> list[tuple[Any, ...]]:

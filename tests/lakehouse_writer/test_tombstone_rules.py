@@ -6,7 +6,7 @@ engine runs (test_tombstones.py runs it on Spark and delta-rs against Delta tabl
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import duckdb
 import pyarrow as pa
@@ -14,8 +14,8 @@ import pyarrow as pa
 from lakehouse_writer.rules.dialect import DUCKDB
 from lakehouse_writer.rules.sql import TableShape, merge_source
 from lakehouse_writer.rules.tombstones import outlived, tombstone_columns, tombstones_of
+from tests.support.rule_rows import T0, batch_rows
 
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
 SHAPE = TableShape(
     columns={
         "ID": "bigint",
@@ -31,20 +31,7 @@ SHAPE = TableShape(
 
 def _rows(*rows: tuple[int | None, str, int]) -> pa.Table:
     """(ID, change type, seconds after T0) rows at offsets 0, 1, ... of one partition."""
-    return pa.table(
-        {
-            "ID": pa.array([r[0] for r in rows], pa.int64()),
-            "NAME": [f"n{r[0]}-{r[2]}" for r in rows],
-            "__change_type": [r[1] for r in rows],
-            "__change_time": pa.array(
-                [T0 + timedelta(seconds=r[2]) for r in rows], pa.timestamp("us", "UTC")
-            ),
-            "__source_rowid": pa.array([None] * len(rows), pa.string()),
-            "topic": ["t"] * len(rows),
-            "partition": pa.array([0] * len(rows), pa.int32()),
-            "offset": pa.array(range(len(rows)), pa.int64()),
-        }
-    )
+    return batch_rows([(i, kind, at, f"n{i}-{at}") for i, kind, at in rows])
 
 
 def _tombstones(*graves: tuple[int | None, int]) -> pa.Table:
