@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 import pytest
 
 from lakehouse_writer.rules.dialect import DUCKDB
@@ -59,10 +58,10 @@ class Lake:
 
     def apply(self, rows: list[tuple[int, str, int, str]]) -> None:
         """(ID, change type, seconds after T0, NAME) rows, offsets 0, 1, ... of one partition."""
-        self.con.register("r_arrow", _rows(rows))
+        self.con.register("r_arrow", batch_rows(rows))
         self.con.execute("CREATE OR REPLACE TABLE r AS SELECT * FROM r_arrow")
         self.con.execute("CREATE OR REPLACE TABLE s AS " + stored_versions("h", "r", SHAPE, DUCKDB))
-        present = _rows(rows).column_names
+        present = batch_rows(rows).column_names
         self._merge(history_source("r", "s", SHAPE, present, DUCKDB, before=False))
 
     def truncate(self, seconds: int, name: str | None = None) -> None:
@@ -99,10 +98,6 @@ class Lake:
 
 def _seconds(at: datetime | None) -> int | None:
     return None if at is None else int((at - T0).total_seconds())
-
-
-def _rows(rows: list[tuple[int, str, int, str]]) -> pa.Table:
-    return batch_rows(rows)
 
 
 def _modelled(events: list[Event]) -> list[tuple[Any, ...]]:
