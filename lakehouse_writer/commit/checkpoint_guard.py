@@ -30,6 +30,7 @@ nothing there.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -55,6 +56,7 @@ _STATE = (
     "_writer_state"  # lakehouse_writer.commit.state.STATE; not imported: state.py imports Spark
 )
 _SHOWN = 2  # topic partitions named in the message
+_METADATA_FILE = re.compile(r"/\.?metadata(\.crc)?(?=\s|$)")  # the query's file or its checksum
 
 
 def concurrent_start(cause: str, checkpoint: str) -> CheckpointInUse | None:
@@ -64,7 +66,11 @@ def concurrent_start(cause: str, checkpoint: str) -> CheckpointInUse | None:
         cause: The root cause of the failed start (``ClassName: message``).
         checkpoint: The checkpoint directory.
     """
-    lost_metadata = cause.startswith("FileAlreadyExistsException") and "/metadata" in cause
+    # Hadoop's local file system renames the checksum beside the file too: either rename may
+    # be the one that finds the winner's file (``.../metadata`` or ``.../.metadata.crc``).
+    lost_metadata = cause.startswith("FileAlreadyExistsException") and bool(
+        _METADATA_FILE.search(cause)
+    )
     # Two writers in one Spark application: the second query has the first one's name (the
     # instance id, read from the checkpoint the first one made).
     same_name = cause.startswith("IllegalArgumentException") and (
