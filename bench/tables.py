@@ -62,11 +62,11 @@ from confluent_kafka.admin import AdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack import broker  # noqa: E402
-from lakehouse_writer import job  # noqa: E402
 from lakehouse_writer.read.catalog import SCHEMAS_TOPIC  # noqa: E402
 from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.runtime.storage import delta_rs_path, is_local  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
+from lakehouse_writer.stream import job  # noqa: E402
 from lakehouse_writer.tables.manager import TableRef  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
 from producer_lib.kafka import KafkaProducer, Target  # noqa: E402

@@ -52,12 +52,12 @@ from confluent_kafka.admin import AdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devstack import broker  # noqa: E402
-from lakehouse_writer import job  # noqa: E402
 from lakehouse_writer.engines.spark.engine import SparkEngine  # noqa: E402
 from lakehouse_writer.read import decode as read  # noqa: E402
 from lakehouse_writer.runtime.session import build_spark_session  # noqa: E402
 from lakehouse_writer.runtime.status import read_status  # noqa: E402
 from lakehouse_writer.settings import LakehouseSettings  # noqa: E402
+from lakehouse_writer.stream import job  # noqa: E402
 from lakehouse_writer.tables.manager import TableRef  # noqa: E402
 from producer_lib import schema as ps  # noqa: E402
 from producer_lib.kafka import KafkaProducer, Target  # noqa: E402

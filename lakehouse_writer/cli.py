@@ -380,7 +380,6 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     Raises:
         WriterFailed: The run failed (recorded in the status file, logged).
     """
-    from lakehouse_writer import job
     from lakehouse_writer.errors import WriterFailed
     from lakehouse_writer.ops.watch import watching
     from lakehouse_writer.read.caught_up import caught_up
@@ -388,6 +387,7 @@ def _run(args: argparse.Namespace, settings: LakehouseSettings, stop: threading.
     from lakehouse_writer.runtime.probe import probe_kafka
     from lakehouse_writer.runtime.session import refuse_spark_connect
     from lakehouse_writer.runtime.storage import is_local
+    from lakehouse_writer.stream import job
 
     try:
         refuse_spark_connect(dict(args.conf))  # before anything starts

@@ -93,7 +93,7 @@ def test_cycles_finds_a_loop_and_only_the_loop() -> None:
 
 def test_no_module_imports_one_that_imports_it_back() -> None:
     graph = import_graph()
-    assert "lakehouse_writer.job" in graph  # the walk found the packages
+    assert "lakehouse_writer.stream.job" in graph  # the walk found the packages
     assert cycles(graph) == []
 
 
@@ -116,8 +116,7 @@ WRITER_LAYERS = (
     "engines",  # a table's rows into its Delta table: Spark, delta-rs
     "commit",  # the batch's own records: state, commits, rejected rows, checkpoint guard
     "route",  # which engine and read path takes which table
-    "batch",
-    "job",
+    "stream",  # the query and its micro-batch: the steps above, in order
     "ops",  # what operators run beside the job: status page, watch, admin
     "cli",
     "__main__",

@@ -17,9 +17,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse_writer.commit.state import StateStore
-from lakehouse_writer.job import BatchProcessor
 from lakehouse_writer.runtime.status import read_status
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.stream.job import BatchProcessor
 from lakehouse_writer.tables.manager import jvm_delta_log
 from producer_lib.runner.execution_log import ExecutionRecord
 from producer_lib.runner.lineage import derive_lineage

@@ -1,7 +1,7 @@
 """``_commits`` rows appended by delta-rs are the rows Spark's path appends.
 
 The writer appends a batch's ``_commits`` rows by delta-rs where the table is local and plain
-(:meth:`~lakehouse_writer.job.BatchProcessor._append_commits`), built in Python
+(:meth:`~lakehouse_writer.stream.job.BatchProcessor._append_commits`), built in Python
 (:func:`~lakehouse_writer.read.commits.commit_rows`); Spark's path parses the records with
 ``from_json`` (:func:`~lakehouse_writer.read.commits.commit_frame`). Real Spark and Delta.
 """

@@ -18,8 +18,7 @@ CKPT = "/tmp/ckpt0"
     "cause",
     [
         f"FileAlreadyExistsException: Rename destination file:{CKPT}/metadata already exists.",
-        f"FileAlreadyExistsException: Rename destination file:{CKPT}/.metadata.crc already "
-        "exists.",
+        f"FileAlreadyExistsException: Rename destination file:{CKPT}/.metadata.crc already exists.",
         f"FileAlreadyExistsException: file:{CKPT}/metadata",
         "IllegalArgumentException: Cannot start query with name lakehouse-writer-1a2b3c4d as a "
         "query with that name is already active in this SparkSession",

@@ -15,12 +15,12 @@ import uuid
 
 import pytest
 
-from lakehouse_writer import job
 from lakehouse_writer.cli import main
 from lakehouse_writer.engines import ids
 from lakehouse_writer.runtime.status import read_status
 from lakehouse_writer.runtime.storage import CheckpointFiles, StorageError
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.stream import job
 from tests.support.writer import T0, produce_transaction, publish_schemas, sample_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]

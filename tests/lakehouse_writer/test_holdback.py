@@ -99,7 +99,7 @@ def test_held_ranges_and_the_commits_position_survive_a_restart():
 
 
 def test_a_run_once_reads_again_while_rows_stay_held_back_a_bounded_number_of_times(caplog):
-    from lakehouse_writer.job import ONCE_QUERIES, _held_at_end
+    from lakehouse_writer.stream.job import ONCE_QUERIES, _held_at_end
 
     held = SimpleNamespace(state=WriterState(held={(T, 0): (5, 9)}))
     idle = SimpleNamespace(state=WriterState())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse_writer import job
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.stream import job
 from lakehouse_writer.tables.retention import MaintainSettings
 from lakehouse_writer.tables.scheduled import ScheduledMaintenance
 from producer_lib.errors import ConfigError

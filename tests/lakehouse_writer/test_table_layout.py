@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars
 import pytest
 
-from lakehouse_writer import job
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.stream import job
 from lakehouse_writer.tables.manager import TableManager
 from producer_lib.errors import SchemaError
 from producer_lib.schema import AvroArray, AvroLong, ValueSchema

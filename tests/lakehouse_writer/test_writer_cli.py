@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from lakehouse_writer.cli import _overrides, _parser
-from lakehouse_writer.job import lag_of
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.stream.job import lag_of
 
 
 def test_run_arguments_become_settings(monkeypatch):

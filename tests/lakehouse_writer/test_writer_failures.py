@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from lakehouse_writer import job
 from lakehouse_writer.cli import main
 from lakehouse_writer.errors import TopicPatternError, WriterFailed
 from lakehouse_writer.read.topics import TopicPattern
 from lakehouse_writer.runtime.failure import Failure, secrets_of
 from lakehouse_writer.runtime.status import read_status
 from lakehouse_writer.settings import LakehouseSettings
+from lakehouse_writer.stream import job
 from tests.support.writer import (
     T0,
     WriterProcess,

@@ -77,7 +77,7 @@ def test_every_writer_command_takes_relative_paths_and_logs_json(
     assert [row[0] for row in ids.fetchall()] == [1, 2, 3]
     lines = _json_lines(run.stderr)
     done = [line for line in lines if line["message"].startswith("batch done")]
-    assert done and done[0]["batch"] == 0 and done[0]["logger"] == "lakehouse_writer.batch"
+    assert done and done[0]["batch"] == 0 and done[0]["logger"] == "lakehouse_writer.stream.batch"
     started = next(line for line in lines if line["message"].startswith("writer started"))
     assert f"lakehouse={work / 'lake'} checkpoint={work / 'ckpt'}" in started["message"]
 

@@ -1,6 +1,6 @@
 """One micro-batch, as its steps: scan → decode, route and apply per table → system → state.
 
-:class:`BatchProcessor` is what ``foreachBatch`` calls (:mod:`lakehouse_writer.job` starts
+:class:`BatchProcessor` is what ``foreachBatch`` calls (:mod:`lakehouse_writer.stream.job` starts
 the query). :meth:`BatchProcessor._process` is the batch:
 
 1. **scan** (:class:`~lakehouse_writer.read.reader.BatchReader`): the batch read once, whole

@@ -2,7 +2,7 @@
 
 :func:`start` checks what must hold before a row is read (the topics regex, Kafka, the schema
 registry's login, a checkpoint that belongs to the lakehouse) and starts the query, whose
-``foreachBatch`` is :class:`~lakehouse_writer.batch.BatchProcessor` (one micro-batch, as its
+``foreachBatch`` is :class:`~lakehouse_writer.stream.batch.BatchProcessor` (one micro-batch, as its
 steps); :func:`run` drives it until it drains (``--once``), fails, or is asked to stop, and
 leaves the status file saying which.
 """
@@ -14,7 +14,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from lakehouse_writer.batch import BatchProcessor
 from lakehouse_writer.commit.checkpoint_guard import (
     check_checkpoint,
     check_lakehouse,
@@ -28,6 +27,7 @@ from lakehouse_writer.runtime.probe import probe_kafka
 from lakehouse_writer.runtime.session import require_classic
 from lakehouse_writer.runtime.status import lag_of, record_lag, write_status
 from lakehouse_writer.runtime.storage import CheckpointFiles
+from lakehouse_writer.stream.batch import BatchProcessor
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
