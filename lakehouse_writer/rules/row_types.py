@@ -14,6 +14,7 @@ __all__ = [
     "ARCHIVE",
     "BASE_TIME",
     "BEFORE",
+    "DELETE",
     "DELETES",
     "GDPR",
     "KNOWN",
@@ -24,7 +25,7 @@ __all__ = [
 
 UPSERTS = ("I", "U", "A", "R")
 DELETES = ("D", "X", "G")
-UPDATE, BEFORE, ARCHIVE, TRUNCATE, GDPR = "U", "B", "P", "T", "G"
+UPDATE, BEFORE, ARCHIVE, TRUNCATE, GDPR, DELETE = "U", "B", "P", "T", "G", "D"
 KNOWN = (*UPSERTS, *DELETES, BEFORE, ARCHIVE, TRUNCATE)
 
 ACTION = "__action"  # what a MERGE source row does: upsert, delete, archive, or a fold

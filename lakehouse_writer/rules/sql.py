@@ -49,18 +49,20 @@ from lakehouse_writer.rules.row_types import (
 from lakehouse_writer.rules.truncate import Truncate
 
 __all__ = [
+    "WHERE_FROM",
     "TableShape",
     "acting",
     "conformed",
     "latest_rows",
     "merge_source",
+    "moving_pair",
     "repeated_keys",
     "summary_query",
     "truncated",
 ]
 
 _ORDER = ("__change_time", "partition", "offset")
-_WHERE_FROM = ("topic", "partition", "offset")
+WHERE_FROM = ("topic", "partition", "offset")  # where a row came from: one row, one place
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,24 @@ def acting(
     if not before:
         return rows
     b = ", ".join(f"b.{q(c)}" for c in columns)
+    where = ", ".join(f"b.{q(c)}" for c in WHERE_FROM)
+    pairs = (  # a BEFORE image may meet more than one UPDATE: it deletes once
+        f"SELECT {b}, row_number() OVER (PARTITION BY {where} ORDER BY u.{q('offset')}) "
+        f"AS __pick FROM {relation} b JOIN {relation} u ON {moving_pair(shape, dialect)}"
+    )
+    moved = f"SELECT {listed}, '{ACTION_DELETE}' AS {q(ACTION)} FROM ({pairs}) m WHERE __pick = 1"
+    return f"{rows} UNION ALL {moved}"
+
+
+def moving_pair(shape: TableShape, dialect: Dialect) -> str:
+    """The join condition of a BEFORE image ``b`` and its UPDATE ``u`` that moved the key.
+
+    They are one update when they share ``__change_time`` and ``__source_rowid``, or, without
+    a row id, ``u`` is the next message of ``b``'s topic partition; the key moved when ``u``'s
+    key is another than ``b``'s. Rule 1 of :func:`merge_source`, and what
+    :func:`~lakehouse_writer.rules.tombstones.outlived` keeps of an UPDATE it drops.
+    """
+    q = dialect.quote
     same_time = f"b.{q('__change_time')} = u.{q('__change_time')}"
     same_rowid = f"b.{q('__source_rowid')} = u.{q('__source_rowid')}"
     next_message = (
@@ -163,15 +183,10 @@ def acting(
     kept = " AND ".join(
         dialect.null_safe_equal.format(a=f"b.{q(k)}", b=f"u.{q(k)}") for k in shape.keys
     )
-    where = ", ".join(f"b.{q(c)}" for c in _WHERE_FROM)
-    pairs = (  # a BEFORE image may meet more than one UPDATE: it deletes once
-        f"SELECT {b}, row_number() OVER (PARTITION BY {where} ORDER BY u.{q('offset')}) "
-        f"AS __pick FROM {relation} b JOIN {relation} u ON b.{q('__change_type')} = "
-        f"'{BEFORE}' AND u.{q('__change_type')} = '{UPDATE}' AND {same_time} AND "
-        f"({same_rowid} OR {next_message}) WHERE NOT ({kept})"
+    return (
+        f"b.{q('__change_type')} = '{BEFORE}' AND u.{q('__change_type')} = '{UPDATE}' AND "
+        f"{same_time} AND ({same_rowid} OR {next_message}) AND NOT ({kept})"
     )
-    moved = f"SELECT {listed}, '{ACTION_DELETE}' AS {q(ACTION)} FROM ({pairs}) m WHERE __pick = 1"
-    return f"{rows} UNION ALL {moved}"
 
 
 def _folded(shape: TableShape, columns: list[str], dialect: Dialect, window: str) -> str:

@@ -200,7 +200,11 @@ class DeltaRsEngine:
         rows.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{name}_arrow"')
         rows.con.unregister(f"{name}_arrow")
         try:
-            return rows.derived(outlived(rows.sql, f'"{name}"', self.shape(table), DUCKDB))
+            before = bool(summary.counts.get(BEFORE))
+            sql = outlived(
+                rows.sql, f'"{name}"', self.shape(table), rows.columns, DUCKDB, before=before
+            )
+            return rows.derived(sql)
         finally:
             rows.con.execute(f'DROP TABLE "{name}"')
 

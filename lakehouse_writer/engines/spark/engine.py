@@ -175,7 +175,8 @@ class SparkEngine:
         tombstones = self._tombstones(table, summary.oldest)
         if tombstones is None:
             return rows
-        sql = outlived(ROWS, TOMBSTONES, self.shape(table), SPARK)
+        before = bool(summary.counts.get(BEFORE))
+        sql = outlived(ROWS, TOMBSTONES, self.shape(table), rows.columns, SPARK, before=before)
         return _query(sql, rows, tombstones=tombstones)
 
     def _tombstones(self, table: TableInfo, newer_than: int | None) -> DataFrame | None:
