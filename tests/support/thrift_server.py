@@ -3,7 +3,7 @@
 ``spark-submit --class org.apache.spark.sql.hive.thriftserver.HiveThriftServer2`` from the
 running pyspark (what Spark's ``sbin/start-thriftserver.sh`` runs), with the settings the
 writer gives its own session (Delta's extension and catalog, the connector jars) and the
-metastore of :func:`tests.support.catalog_reader.hive_conf`. Embedded Derby admits one JVM at
+metastore of :func:`hive_conf`. Embedded Derby admits one JVM at
 a time: start the server after the writer has exited.
 """
 
@@ -23,7 +23,6 @@ import pyspark
 
 from lakehouse_writer.runtime.jars import local_jars
 from lakehouse_writer.runtime.session import session_settings
-from tests.support.catalog_reader import hive_conf
 from tests.support.ports import free_port_block
 
 SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
@@ -36,6 +35,17 @@ SPARK_HOME = str(Path(pyspark.__file__).parent)
 _START_TIMEOUT_S = 180.0
 # NOSASL: a plain Thrift socket, no login; a test server on loopback only.
 _HIVE_CONF = {"hive.server2.authentication": "NOSASL", "hive.server2.thrift.bind.host": "127.0.0.1"}
+
+
+def hive_conf(folder: str) -> dict[str, str]:
+    """Spark settings of an embedded Derby metastore kept in ``folder``."""
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder}/metastore_db;create=true"
+        ),
+        "spark.sql.warehouse.dir": f"{folder}/warehouse",
+    }
 
 
 def server_command(folder: str, port: int) -> list[str]:
