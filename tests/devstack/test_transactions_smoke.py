@@ -24,6 +24,7 @@ def _transactional_producer(bootstrap: str) -> Producer:
     return producer
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_committed_transaction_is_visible_and_aborted_one_is_not(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=2)
     producer = _transactional_producer(kafka_bootstrap)

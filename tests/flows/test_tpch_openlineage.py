@@ -52,6 +52,7 @@ def lineage_documents(bootstrap: str, commit_id: str) -> dict[str, dict]:
     return {v["target"]: v for v in values if v["commit_id"] == commit_id}
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_a_load_sends_start_then_complete_with_datasets_and_column_lineage(tpch_env, monkeypatch):
     with LineageReceiver().running() as receiver:
         monkeypatch.setenv("OPENLINEAGE_URL", receiver.url)

@@ -28,6 +28,7 @@ def _topic_with_rows(new_topic, bootstrap: str, retention_ms: int, ages_min: lis
     return topic
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_unread_rows_past_half_their_retention_are_named(kafka_bootstrap, new_topic):
     topic = _topic_with_rows(new_topic, kafka_bootstrap, HOUR_MS, [50, 40, 1])  # offsets 0, 1, 2
     watch = ExpiryWatch({"bootstrap.servers": kafka_bootstrap})

@@ -10,6 +10,7 @@ from lakehouse_writer.runtime import jars
 from lakehouse_writer.runtime.lines import current_line, hadoop_version, spark_jar_folders
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_the_writer_resolves_its_jars_with_maven(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

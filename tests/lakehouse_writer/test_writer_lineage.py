@@ -79,6 +79,7 @@ def test_a_run_sends_start_running_per_batch_and_complete_with_topics_in_and_tab
     assert (kafka, topic) in {(i["namespace"], i["name"]) for i in complete["inputs"]}
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_a_failed_run_sends_fail_with_its_error(
     spark, kafka_bootstrap, new_topic, tmp_path, monkeypatch, receiver
 ):

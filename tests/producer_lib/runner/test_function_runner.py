@@ -65,6 +65,7 @@ def test_initial_then_delta_moves_the_pointer_with_the_data(flow_env):
     assert completed["run_id"] == second.run_id and completed["finished_at"]
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_completed_record_is_in_the_data_transaction(flow_env):
     run("initial")
     committed = consume_all(flow_env["bootstrap"], "_commits")

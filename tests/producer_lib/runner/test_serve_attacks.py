@@ -232,6 +232,7 @@ def test_a_refused_credential_starts_nothing(server, case):
     assert server.loads() == before
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_function_keys_host_keys_and_tokens_start_a_load(server):
     accepted = {
         "function-key": (run_path("ok_key"), key(KEY_A1)),

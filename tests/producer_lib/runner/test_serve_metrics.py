@@ -40,6 +40,7 @@ async def _scrape(client: TestClient) -> dict[str, float]:
     return _samples(await response.text())
 
 
+@pytest.mark.slow  # 3-10 s: make test-fast stays under 5 minutes
 def test_metrics_count_runs_rows_durations_and_failures(flow_env, monkeypatch, tmp_path):
     f = flow_env
     gate = tmp_path / "gate"

@@ -121,6 +121,7 @@ def expected(schema: dict[str, Any], table: pa.Table, kinds: list[Kind]) -> list
 
 
 # ENCODER_PROPERTY_EXAMPLES=5000 explores further than the default run.
+@pytest.mark.slow  # 3-4 s: make test-fast stays under 5 minutes
 @settings(
     max_examples=int(os.environ.get("ENCODER_PROPERTY_EXAMPLES", "100")),
     deadline=None,
