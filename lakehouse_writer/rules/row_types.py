@@ -14,10 +14,10 @@ __all__ = [
     "ARCHIVE",
     "BASE_TIME",
     "BEFORE",
-    "DELETE",
     "DELETES",
     "GDPR",
     "KNOWN",
+    "OUTLIVED_UPDATE",
     "TRUNCATE",
     "UPDATE",
     "UPSERTS",
@@ -25,7 +25,10 @@ __all__ = [
 
 UPSERTS = ("I", "U", "A", "R")
 DELETES = ("D", "X", "G")
-UPDATE, BEFORE, ARCHIVE, TRUNCATE, GDPR, DELETE = "U", "B", "P", "T", "G", "D"
+UPDATE, BEFORE, ARCHIVE, TRUNCATE, GDPR = "U", "B", "P", "T", "G"
+# An UPDATE a tombstone outlived (rules.tombstones.outlived): it writes nothing, but it still
+# pairs with its BEFORE image, whose key it moved. Never sent; the rules mark it so.
+OUTLIVED_UPDATE = "u"
 KNOWN = (*UPSERTS, *DELETES, BEFORE, ARCHIVE, TRUNCATE)
 
 ACTION = "__action"  # what a MERGE source row does: upsert, delete, archive, or a fold

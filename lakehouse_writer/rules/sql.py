@@ -43,13 +43,13 @@ from lakehouse_writer.rules.row_types import (
     BASE_TIME,
     BEFORE,
     DELETES,
+    OUTLIVED_UPDATE,
     UPDATE,
     UPSERTS,
 )
 from lakehouse_writer.rules.truncate import Truncate
 
 __all__ = [
-    "WHERE_FROM",
     "TableShape",
     "acting",
     "conformed",
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 _ORDER = ("__change_time", "partition", "offset")
-WHERE_FROM = ("topic", "partition", "offset")  # where a row came from: one row, one place
+_WHERE_FROM = ("topic", "partition", "offset")
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def acting(
     if not before:
         return rows
     b = ", ".join(f"b.{q(c)}" for c in columns)
-    where = ", ".join(f"b.{q(c)}" for c in WHERE_FROM)
+    where = ", ".join(f"b.{q(c)}" for c in _WHERE_FROM)
     pairs = (  # a BEFORE image may meet more than one UPDATE: it deletes once
         f"SELECT {b}, row_number() OVER (PARTITION BY {where} ORDER BY u.{q('offset')}) "
         f"AS __pick FROM {relation} b JOIN {relation} u ON {moving_pair(shape, dialect)}"
@@ -169,8 +169,8 @@ def moving_pair(shape: TableShape, dialect: Dialect) -> str:
 
     They are one update when they share ``__change_time`` and ``__source_rowid``, or, without
     a row id, ``u`` is the next message of ``b``'s topic partition; the key moved when ``u``'s
-    key is another than ``b``'s. Rule 1 of :func:`merge_source`, and what
-    :func:`~lakehouse_writer.rules.tombstones.outlived` keeps of an UPDATE it drops.
+    key is another than ``b``'s. An UPDATE a tombstone outlived (``u``,
+    :func:`~lakehouse_writer.rules.tombstones.outlived`) writes nothing but still moved its key.
     """
     q = dialect.quote
     same_time = f"b.{q('__change_time')} = u.{q('__change_time')}"
@@ -184,7 +184,8 @@ def moving_pair(shape: TableShape, dialect: Dialect) -> str:
         dialect.null_safe_equal.format(a=f"b.{q(k)}", b=f"u.{q(k)}") for k in shape.keys
     )
     return (
-        f"b.{q('__change_type')} = '{BEFORE}' AND u.{q('__change_type')} = '{UPDATE}' AND "
+        f"b.{q('__change_type')} = '{BEFORE}' AND "
+        f"u.{q('__change_type')} IN ('{UPDATE}', '{OUTLIVED_UPDATE}') AND "
         f"{same_time} AND ({same_rowid} OR {next_message}) AND NOT ({kept})"
     )
 

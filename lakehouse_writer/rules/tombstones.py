@@ -11,8 +11,8 @@ mapping — then ``__change_time``; appended, a key may have several, the latest
 Against a tombstone a later row follows the rule it follows against a stored row
 (:mod:`lakehouse_writer.rules.merge`): an upsert (I/U/A/R) or archive (P) older than the
 tombstone loses (:func:`outlived`, before the rows' MERGE or append); one of the same time or
-newer wins, as it would replace a stored row. Deletes and BEFORE images pass; a BEFORE image
-whose UPDATE moved the key and lost to a tombstone passes as the delete of its old key. A
+newer wins, as it would replace a stored row. Deletes and BEFORE images pass; an UPDATE that
+moved its key and lost still moved it: its BEFORE image deletes the old key. A
 TRUNCATE needs none: the writer keeps the TRUNCATEs it applied (``TruncateLog``). So only the
 tombstones newer than a batch's oldest row can outlive one of its rows: the engines read those
 alone, and a batch newer than all of them (a table's usual batch) is applied without a join.
@@ -27,8 +27,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lakehouse_writer.rules.dialect import Dialect
-from lakehouse_writer.rules.row_types import ACTION, ACTION_DELETE, ARCHIVE, DELETE, UPSERTS
-from lakehouse_writer.rules.sql import WHERE_FROM, TableShape, moving_pair
+from lakehouse_writer.rules.row_types import (
+    ACTION,
+    ACTION_DELETE,
+    ARCHIVE,
+    OUTLIVED_UPDATE,
+    UPDATE,
+    UPSERTS,
+)
+from lakehouse_writer.rules.sql import TableShape
 
 __all__ = ["TIME", "outlived", "tombstone_columns", "tombstones_of"]
 
@@ -56,10 +63,10 @@ def outlived(
     """The rows of ``relation`` no tombstone of ``tombstones`` outlives, in ``columns``.
 
     A row is outlived when it upserts or archives and its key has a tombstone newer than it.
-    An outlived UPDATE that moved its key still moved it: its BEFORE image comes out as a
-    delete (``D``) of the old key, which it is with the UPDATE there
-    (:func:`~lakehouse_writer.rules.sql.moving_pair`). ``before``: the rows hold BEFORE images
-    (False spares the join that pairs them).
+    An outlived UPDATE still moved its key: with ``before`` (the rows hold BEFORE images) it
+    stays, as ``u`` (:data:`~lakehouse_writer.rules.row_types.OUTLIVED_UPDATE`): it writes
+    nothing, and its BEFORE image still deletes the old key
+    (:func:`~lakehouse_writer.rules.sql.moving_pair`).
     """
     q = dialect.quote
     slots = ", ".join(q(_slot(i)) for i in range(len(shape.keys)))
@@ -68,31 +75,19 @@ def outlived(
         dialect.null_safe_equal.format(a=f"r.{q(k)}", b=f"d.{q(_slot(i))}")
         for i, k in enumerate(shape.keys)
     )
-    acting = ", ".join(f"'{c}'" for c in (*UPSERTS, ARCHIVE))
-    lost = (
-        f"(d.__tombstone IS NOT NULL AND r.{q('__change_type')} IN ({acting}) "
-        f"AND r.{q(TIME)} < d.__tombstone)"
-    )
-    judged = f"SELECT r.*, {lost} AS __outlived FROM {relation} r LEFT JOIN ({latest}) d ON {on}"
-    if not before:
-        listed = ", ".join(q(c) for c in columns)
-        return f"WITH judged AS ({judged}) SELECT {listed} FROM judged WHERE NOT __outlived"
-    where = [q(c) for c in WHERE_FROM]
-    moved = (
-        f"SELECT DISTINCT {', '.join(f'b.{c}' for c in where)} FROM judged b JOIN judged u "
-        f"ON {moving_pair(shape, dialect)} WHERE u.__outlived"
-    )
     kind = q("__change_type")
-    same = " AND ".join(f"m.{c} = j.{c}" for c in where)
+    acting = ", ".join(f"'{c}'" for c in (*UPSERTS, ARCHIVE))
+    lost = f"(d.__tombstone IS NOT NULL AND r.{kind} IN ({acting}) AND r.{q(TIME)} < d.__tombstone)"
+    kept_update = f"r.{kind} = '{UPDATE}'" if before else "FALSE"
     listed = ", ".join(
-        f"CASE WHEN m.{where[0]} IS NULL THEN j.{kind} ELSE '{DELETE}' END AS {kind}"
+        f"CASE WHEN {lost} THEN '{OUTLIVED_UPDATE}' ELSE r.{kind} END AS {kind}"
         if c == "__change_type"
-        else f"j.{q(c)}"
+        else f"r.{q(c)}"
         for c in columns
     )
     return (
-        f"WITH judged AS ({judged}), moved AS ({moved}) SELECT {listed} FROM judged j "
-        f"LEFT JOIN moved m ON {same} WHERE NOT j.__outlived"
+        f"SELECT {listed} FROM {relation} r LEFT JOIN ({latest}) d ON {on} "
+        f"WHERE NOT {lost} OR {kept_update}"
     )
 
 
