@@ -51,18 +51,24 @@ def _con() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _kept(rows: pa.Table, graves: pa.Table) -> list[tuple[int | None, str, int]]:
+def _outlived(rows: pa.Table, graves: pa.Table) -> duckdb.DuckDBPyConnection:
+    """A connection holding ``rows`` (``r``), ``graves`` (``g``) and what outlived keeps (``k``)."""
     con = _con()
     con.register("r_arrow", rows)
     con.register("g_arrow", graves)
     con.execute("CREATE TABLE r AS SELECT * FROM r_arrow")
     con.execute("CREATE TABLE g AS SELECT * FROM g_arrow")
-    sql = outlived("r", "g", SHAPE, rows.column_names, DUCKDB, before=_befores(rows))
-    found = con.sql(sql).to_arrow_table()
+    kept = outlived("r", "g", SHAPE, rows.column_names, DUCKDB, before=_befores(rows))
+    con.execute(f"CREATE TABLE k AS {kept}")
+    return con
+
+
+def _kept(rows: pa.Table, graves: pa.Table) -> list[tuple[int | None, str, int]]:
+    found = _outlived(rows, graves).sql("SELECT * FROM k").to_arrow_table()
     assert found.column_names == rows.column_names
-    found = found.to_pylist()
     return sorted(
-        (f["ID"], f["__change_type"], int((f["__change_time"] - T0).total_seconds())) for f in found
+        (f["ID"], f["__change_type"], int((f["__change_time"] - T0).total_seconds()))
+        for f in found.to_pylist()
     )
 
 
@@ -113,13 +119,7 @@ def _befores(rows: pa.Table) -> bool:
 
 def _merge_source(rows: pa.Table, graves: pa.Table) -> list[tuple[int, str, int]]:
     """The MERGE's source of the rows no tombstone outlives: (ID, action, seconds)."""
-    con = _con()
-    con.register("r_arrow", rows)
-    con.register("g_arrow", graves)
-    con.execute("CREATE TABLE r AS SELECT * FROM r_arrow")
-    con.execute("CREATE TABLE g AS SELECT * FROM g_arrow")
-    kept = outlived("r", "g", SHAPE, rows.column_names, DUCKDB, before=_befores(rows))
-    con.execute(f"CREATE TABLE k AS {kept}")
+    con = _outlived(rows, graves)
     found = con.sql(merge_source("k", SHAPE, rows.column_names, DUCKDB, cast=False))
     return sorted(
         (f["ID"], f["__action"], int((f["__change_time"] - T0).total_seconds()))
