@@ -8,14 +8,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install jars postgres browser-tools test test-fast test-slow test-cluster test-parallel demo bench soak lint up down clean
+.PHONY: help install jars postgres browser-tools test test-serial test-fast test-slow test-cluster demo bench soak lint up down clean
 
 help:
 	@echo "make demo       run the demo pipeline end to end (sets everything up)"
 	@echo "make test       run the test suite, all but the cluster suites (sets everything up)"
 	@echo "make test-cluster the suites that start a Spark or a Kafka cluster of their own"
 	@echo "make test-fast  everything but the tests marked slow"
-	@echo "make test-parallel the whole suite as two pytest runs side by side"
+	@echo "make test-serial the same suite as one pytest run"
 	@echo "make bench      run the benchmarks in bench/ (each prints a RESULT line)"
 	@echo "make soak       10 minutes of small transactions against a running writer"
 	@echo "make up|down    start/stop the local Kafka broker (devstack)"
@@ -47,18 +47,20 @@ browser-tools:
 	scripts/install-browser-tools.sh
 
 # Every test's time (setup, call and teardown) lands in build/test-report.xml (JUnit XML), for
-# finding where the suite's minutes go; the 25 slowest are printed. The suites that start a
-# cluster of their own (Spark standalone, three Kafka brokers) are `make test-cluster`'s.
+# finding where the suite's minutes go; each shard prints its 25 slowest. The suite runs as two
+# pytest runs side by side on one broker (tests/shards.py): one run leaves a core idle a third
+# of the time. The suites that start a cluster of their own (Spark standalone, three Kafka
+# brokers) are `make test-cluster`'s.
 test: jars postgres browser-tools
+	$(BIN)/python -m tests.shards -m "not cluster" --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
+
+# The same suite as one pytest run: one output in order, one core.
+test-serial: jars postgres browser-tools
 	$(BIN)/python -m pytest -m "not cluster" --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
 
 # The writer on a Spark standalone cluster and on three Kafka brokers, nodes killed and restarted.
 test-cluster: jars postgres browser-tools
 	$(BIN)/python -m pytest -m cluster --durations=10 --junitxml=build/test-cluster-report.xml $(PYTEST_ARGS)
-
-# The whole suite as two pytest runs side by side on one broker (tests/shards.py).
-test-parallel: jars postgres browser-tools
-	$(BIN)/python -m tests.shards --durations=15 $(PYTEST_ARGS)
 
 test-fast: jars postgres browser-tools
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

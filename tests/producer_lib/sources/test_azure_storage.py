@@ -42,12 +42,15 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 
 
 @pytest.fixture
-def container(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> ContainerClient:
-    """A new container; the flow's environment points at the emulator as users' at Azure."""
+def container(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> Iterator[ContainerClient]:
+    """A new container; the flow's environment points at the emulator as users' at Azure.
+
+    The client is closed after the test: Azurite's shutdown waits for open connections.
+    """
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
     monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", azurite.blob_url)  # for delta-rs only
-    client = BlobServiceClient.from_connection_string(azurite.connection_string())
-    return client.create_container(f"lake{uuid.uuid4().hex[:8]}")
+    with BlobServiceClient.from_connection_string(azurite.connection_string()) as client:
+        yield client.create_container(f"lake{uuid.uuid4().hex[:8]}")
 
 
 def _upload_folder(container: ContainerClient, folder: Path, prefix: str) -> None:
