@@ -62,8 +62,9 @@ test-serial: jars postgres browser-tools
 test-cluster: jars postgres browser-tools
 	$(BIN)/python -m pytest -m cluster --durations=10 --junitxml=build/test-cluster-report.xml $(PYTEST_ARGS)
 
+# Everything but the tests marked slow, as `make test`'s two shards.
 test-fast: jars postgres browser-tools
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m tests.shards -m "not slow" $(PYTEST_ARGS)
 
 test-slow: jars postgres browser-tools
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
