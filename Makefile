@@ -7,6 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+SUITE  := -m "not cluster" --durations=25 --junitxml=build/test-report.xml
 
 .PHONY: help install jars postgres browser-tools test test-serial test-fast test-slow test-cluster demo bench soak lint up down clean
 
@@ -52,11 +53,11 @@ browser-tools:
 # of the time. The suites that start a cluster of their own (Spark standalone, three Kafka
 # brokers) are `make test-cluster`'s.
 test: jars postgres browser-tools
-	$(BIN)/python -m tests.shards -m "not cluster" --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
+	$(BIN)/python -m tests.shards $(SUITE) $(PYTEST_ARGS)
 
 # The same suite as one pytest run: one output in order, one core.
 test-serial: jars postgres browser-tools
-	$(BIN)/python -m pytest -m "not cluster" --durations=25 --junitxml=build/test-report.xml $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(SUITE) $(PYTEST_ARGS)
 
 # The writer on a Spark standalone cluster and on three Kafka brokers, nodes killed and restarted.
 test-cluster: jars postgres browser-tools

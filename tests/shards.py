@@ -68,13 +68,15 @@ class Shard:
         """Start pytest on the shard's paths; its output goes to :attr:`log`."""
         command = [sys.executable, "-m", "pytest", *self.paths, f"--basetemp={basetemp}"]
         command += [f"--ignore={path}" for path in self.ignore]
-        command += [f"{_JUNIT}{self.report(a)}" if a.startswith(_JUNIT) else a for a in args]
+        for arg in args:  # a --junitxml becomes the shard's own report
+            asked = _junit(arg)
+            command.append(f"{_JUNIT}{self.report(asked)}" if asked else arg)
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
-    def report(self, junit_option: str) -> Path:
+    def report(self, asked: Path) -> Path:
         """The shard's own JUnit report beside the one asked for (``report.xml.writer``)."""
-        return Path(f"{junit_option.removeprefix(_JUNIT)}.{self.name}")
+        return asked.with_name(f"{asked.name}.{self.name}")
 
     def progress(self) -> str:
         """The last ``[ nn%]`` pytest printed, or what the shard is doing."""
@@ -139,13 +141,18 @@ def run(args: Sequence[str]) -> int:
             print(f"\n{'=' * 30} shard {shard.name}: {' '.join(shard.paths)} {'=' * 30}")
             sys.stdout.write(shard.log.read_text(errors="replace"))
         codes = [shard.process.returncode for shard in parts if shard.process is not None]
-    for option in (a for a in args if a.startswith(_JUNIT)):
-        merge_junit(Path(option.removeprefix(_JUNIT)), [s.report(option) for s in parts])
+    for asked in filter(None, map(_junit, args)):
+        merge_junit(asked, [s.report(asked) for s in parts])
     minutes = (time.monotonic() - started) / 60
     print(f"\nshards: {', '.join(f'{s.name}={c}' for s, c in zip(parts, codes, strict=True))}")
     print(f"whole suite: {minutes:.1f} min")
     ran = [code for code in codes if code != _NOTHING_COLLECTED] or codes  # a -k for one shard
     return next((code for code in ran if code != 0), 0)
+
+
+def _junit(arg: str) -> Path | None:
+    """The report a ``--junitxml=PATH`` argument asks for; None for any other argument."""
+    return Path(arg.removeprefix(_JUNIT)) if arg.startswith(_JUNIT) else None
 
 
 def merge_junit(target: Path, parts: Sequence[Path]) -> None:
